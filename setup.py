@@ -1,0 +1,40 @@
+"""ament_python package arm_act: the ROS nodes (arm_act/), the PyBullet sim (sim/) and the
+transformer policy (policy/), with launch files, parameter files and the shipped checkpoint."""
+from glob import glob
+
+from setuptools import setup
+
+PACKAGE = "arm_act"
+
+
+def _files(pattern):
+    return [path for path in glob(pattern) if not path.endswith("/")]
+
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=[PACKAGE, "sim", "policy"],
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", _files("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", _files("config/*.yaml")),
+        (f"share/{PACKAGE}/checkpoints/default", _files("checkpoints/default/*")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=False,
+    maintainer="arm_act maintainers",
+    maintainer_email="arm-act@example.com",
+    description="Simulated Panda arm driven by an ACT-style transformer policy over ROS 2",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "sim_node = arm_act.sim_node:main",
+            "expert_node = arm_act.expert_node:main",
+            "policy_node = arm_act.policy_node:main",
+            "bag_recorder = arm_act.bag_recorder:main",
+            "arm-act = arm_act.cli:main",
+        ],
+    },
+)
