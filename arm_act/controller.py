@@ -133,8 +133,12 @@ class ControllerNode(Node, ABC):
             if stamp is None:
                 return
             info = self.episode_for(stamp)
-            tick = info.tick_of(stamp) if info is not None else -1
-            if info is not None and not self.observation_complete(stamp, tick):
+            if info is None:
+                # The sim publishes ticks only inside episodes: this tick's episode message
+                # (transient-local, sent before the tick) is still on its way.
+                return
+            tick = info.tick_of(stamp)
+            if not self.observation_complete(stamp, tick):
                 return  # the rest of this tick's observation is still on its way
             self._pending_ns = None
             self._answered_ns = stamp

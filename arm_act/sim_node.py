@@ -81,6 +81,7 @@ class SimNode(Node):
         self.declare_parameter("reset_pause", 1.0)
         self.declare_parameter("lockstep_timeout", 10.0)
         self.declare_parameter("gui", False)
+        self.declare_parameter("episode_time_limit", 20.0)
         param = lambda name: self.get_parameter(name).value  # noqa: E731
 
         self.mode = str(param("mode"))
@@ -107,6 +108,7 @@ class SimNode(Node):
         self.schedule = EpisodeSchedule(
             seed=int(param("seed")), blocks=parse_blocks(str(param("blocks"))), episodes=int(param("episodes"))
         )
+        config = dataclasses.replace(config, episode_time_limit=float(param("episode_time_limit")))
         self.env = ArmEnv(config, gui=bool(param("gui")))
         self.cameras = [c.name for c in config.cameras]
 

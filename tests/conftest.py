@@ -34,3 +34,38 @@ def spin_until(executor, condition, timeout: float, step: float = 0.05) -> bool:
             return True
         executor.spin_once(timeout_sec=step)
     return condition()
+
+
+class spinning:
+    """Context manager: spin `executor` in a background thread (executor.spin() serves every
+    ready callback each round; spin_once from a loop can starve late subscriptions)."""
+
+    def __init__(self, executor):
+        import threading
+
+        self.executor = executor
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self):
+        try:
+            self.executor.spin()
+        except Exception:  # the context shut down under it at the end of the test
+            pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self.executor
+
+    def __exit__(self, *exc):
+        self.executor.shutdown(timeout_sec=5.0)
+        self.thread.join(timeout=5.0)
+
+
+def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
+    """Poll condition() until true or timeout (while a `spinning` executor serves callbacks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()

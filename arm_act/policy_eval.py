@@ -1,0 +1,127 @@
+"""Closed-loop evaluation of a checkpoint in process, with an honest latency model.
+
+A chunk computed from the camera pair of tick c becomes usable `latency_ticks` control
+ticks later (default: this machine's measured median inference latency, rounded up to
+whole ticks); until then the previous chunks keep driving the arm. The delay is counted in
+ticks, not measured per call, so the same seed gives the same result on any machine.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from arm_act.cli import CommandError
+from arm_act.viz import VideoWriter, compose_frame
+
+logger = logging.getLogger(__name__)
+
+
+class PolicyAgent:
+    """sim.rollout agent around a PolicyRuntime."""
+
+    def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
+                 control_rate: float = 50.0, max_joint_speed: float = 2.0):
+        from policy.runtime import CommandLimiter
+
+        if latency_ticks < 0:
+            raise ValueError(f"latency_ticks={latency_ticks} must be >= 0")
+        self.runtime = runtime
+        # The same limiter as policy_node, so ROS and in-process runs execute the same commands.
+        self.limiter = CommandLimiter(max_joint_speed, control_rate)
+        self.latency_ticks = latency_ticks
+        self.video = video
+        self._pending: list[tuple[int, int, np.ndarray]] = []  # (usable tick, start tick, chunk)
+        self._hold = None
+        self.chunks = 0
+        self.last_chunk: np.ndarray | None = None
+
+    def reset(self, obs) -> None:
+        self.runtime.reset()
+        self._pending.clear()
+        position = obs.joint_state.position
+        self._hold = (position[:7].copy(), float(position[7]))
+        self.limiter.reset(position[:7])
+
+    def act(self, obs):
+        from sim.rollout import Command
+
+        if obs.images is not None:
+            pred = self.runtime.predict_chunk(obs.images, obs.joint_state.position, obs.instruction,
+                                              need_attention=self.video is not None)
+            self._pending.append((obs.tick + self.latency_ticks, obs.tick, pred.actions))
+            self.chunks += 1
+            self.last_chunk = pred.actions
+            if self.video is not None:
+                self.video.write(compose_frame(
+                    obs.images, pred.attention, obs.instruction, f"chunk {self.chunks}",
+                    self._hold[1], float(obs.joint_state.position[7]), obs.time))
+        ready = [p for p in self._pending if p[0] <= obs.tick]
+        self._pending = [p for p in self._pending if p[0] > obs.tick]
+        for _, start, chunk in ready:
+            self.runtime.add_chunk(start, chunk)
+        action = self.runtime.action(obs.tick)
+        if action is not None:
+            self._hold = self.limiter(*action)
+        arm, gripper = self._hold
+        return Command(np.asarray(arm, dtype=np.float64), float(gripper))
+
+
+def make_policy_runner_factory(args, sim_config, checkpoint: Path):
+    from policy.checkpoint import CheckpointError
+    from policy.runtime import PolicyRuntime, measure_latency_ticks
+
+    cameras = tuple(c.name for c in sim_config.cameras)
+    try:
+        runtime = PolicyRuntime.from_checkpoint(
+            checkpoint, execution=args.execution, m=args.ensemble_m, threads=args.threads,
+            cameras=cameras, image_size=sim_config.cameras[0].height,
+        )
+    except (CheckpointError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    if args.ideal:
+        latency_ticks, measured = 0, None
+    elif args.latency_ticks is not None:
+        latency_ticks, measured = args.latency_ticks, None
+    else:
+        latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
+        logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
+
+    class Runner:
+        def __init__(self, spec):
+            self.spec = spec
+
+        def run(self, env, spec) -> dict:
+            from arm_act.cmd_eval import episode_record
+            from sim.rollout import run_episode
+
+            video = None
+            if args.video is not None:
+                video = VideoWriter(Path(args.video) / f"episode_{spec.seed}.mp4", fps=sim_config.camera_rate_hz)
+            agent = PolicyAgent(runtime, latency_ticks, video=video, control_rate=sim_config.control_rate_hz,
+                                max_joint_speed=args.max_joint_speed)
+            recorder = None
+            if args.bags is not None:
+                from arm_act.recording import EpisodeBagRecorder
+
+                recorder = EpisodeBagRecorder.for_rollout(Path(args.bags), env, spec, policy=str(checkpoint))
+            try:
+                result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
+                                     on_tick=recorder.on_tick(env, agent) if recorder else None)
+            finally:
+                if video is not None:
+                    video.close()
+            if recorder is not None:
+                recorder.finish(result)
+            return episode_record(result)
+
+    describe = {
+        "checkpoint": str(checkpoint),
+        "execution": args.execution,
+        "ensemble_m": args.ensemble_m,
+        "latency_ticks": latency_ticks,
+        "measured_latency_ms": None if measured is None else round(measured * 1e3, 2),
+        "ideal": bool(args.ideal),
+    }
+    return Runner, describe

@@ -1,0 +1,80 @@
+"""Pictures of what the policy sees: camera images with its cross-attention over the image
+patches drawn on top, the instruction, and commanded vs actual gripper. Used by the live
+view of `arm-act demo` and by the videos of `arm-act eval --video`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+SCALE = 3  # 96 px cameras drawn at 288 px
+
+
+def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCALE) -> np.ndarray:
+    """(H, W, 3) uint8 RGB + (g, g) attention -> (H*scale, W*scale, 3) uint8 RGB with the
+    weights as a heat map (normalised to this image's maximum) and the patch grid."""
+    big = cv2.resize(np.ascontiguousarray(rgb), None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
+    if grid is None:
+        return big
+    g = np.asarray(grid, dtype=np.float32)
+    heat = g / g.max() if g.max() > 0 else g
+    heat = cv2.resize(heat, (big.shape[1], big.shape[0]), interpolation=cv2.INTER_NEAREST)
+    colour = cv2.applyColorMap((heat * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[:, :, ::-1]
+    alpha = (0.15 + 0.5 * heat)[:, :, None]
+    out = (big * (1 - alpha) + colour * alpha).astype(np.uint8)
+    step_y, step_x = big.shape[0] // g.shape[0], big.shape[1] // g.shape[1]
+    out[::step_y, :, :] = out[::step_y, :, :] // 2  # faint patch grid
+    out[:, ::step_x, :] = out[:, ::step_x, :] // 2
+    return out
+
+
+def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray] | None, instruction: str,
+                  status: str, gripper_command: float | None, gripper_actual: float | None,
+                  time_s: float) -> np.ndarray:
+    """One RGB frame: the cameras side by side with attention, and a caption bar."""
+    panels = [attention_overlay(rgb, attention.get(name) if attention else None) for name, rgb in images.items()]
+    row = np.concatenate(panels, axis=1)
+    caption = np.full((64, row.shape[1], 3), 30, np.uint8)
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    cv2.putText(caption, instruction, (8, 22), font, 0.55, (255, 255, 255), 1, cv2.LINE_AA)
+    grip = "gripper cmd {} / actual {}".format(
+        "-" if gripper_command is None else f"{gripper_command * 1000:.0f} mm",
+        "-" if gripper_actual is None else f"{gripper_actual * 1000:.0f} mm",
+    )
+    cv2.putText(caption, f"t={time_s:5.2f}s  {status}  {grip}", (8, 48), font, 0.5, (200, 200, 200), 1, cv2.LINE_AA)
+    x = 8
+    for name, panel in zip(images, panels):
+        cv2.putText(row, name, (x, 16), font, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
+        x += panel.shape[1]
+    return np.concatenate([row, caption], axis=0)
+
+
+class VideoWriter:
+    """MP4 (mp4v) writer of RGB frames at a fixed rate; opens on the first frame."""
+
+    def __init__(self, path: Path, fps: float):
+        self.path, self.fps = Path(path), float(fps)
+        self._writer = None
+        self.frames = 0
+
+    def write(self, rgb: np.ndarray) -> None:
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            h, w = rgb.shape[:2]
+            self._writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h))
+            if not self._writer.isOpened():
+                raise OSError(f"cannot open video file {self.path} for writing")
+        self._writer.write(np.ascontiguousarray(rgb[:, :, ::-1]))
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

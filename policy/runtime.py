@@ -1,0 +1,240 @@
+"""The runtime that turns a checkpoint into commands, shared by in-process evaluation and
+the policy node (STYLE.md #3: LeRobot's ACTPolicy / ACTTemporalEnsembler split).
+
+    runtime = PolicyRuntime.from_checkpoint("checkpoints/default")
+    runtime.reset()
+    chunk = runtime.predict_chunk(images, joint_position, instruction)   # on a camera pair
+    runtime.add_chunk(start_tick, chunk.actions)                         # when it is usable
+    action = runtime.action(tick)                                        # every control tick
+
+Chunks are indexed by absolute control tick: a chunk predicted from the observation of
+tick c holds the commands for ticks c, c+1, ..., c+K-1. When it becomes usable only d ticks
+later (inference latency), its first d actions are simply in the past. Both executors work
+that way, so latency handling is the same for the ensembler and the queue.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from policy.checkpoint import load_checkpoint
+from policy.config import PolicyConfig
+from policy.model import ACTPolicy
+from policy.normalizer import Normalizer
+
+ARM_JOINTS = 7
+
+
+class TemporalEnsembler:
+    """ACT's temporal ensembling (Zhao et al. 2023, Sec. IV-B): the action for tick t is the
+    weighted average of every stored chunk's prediction for t, with weights exp(-m*i) where
+    i = 0 is the OLDEST prediction (as in ACT's reference code: a larger m trusts older
+    chunks more and smooths harder).
+
+    Stores at most ceil(K) chunks that still cover the future; O(chunks x A) per tick.
+    """
+
+    def __init__(self, m: float, chunk_size: int, action_dim: int):
+        if m < 0 or not np.isfinite(m):
+            raise ValueError(f"ensembling coefficient m={m} must be a finite number >= 0")
+        if chunk_size < 1 or action_dim < 1:
+            raise ValueError(f"chunk_size={chunk_size} and action_dim={action_dim} must be >= 1")
+        self.m, self.chunk_size, self.action_dim = float(m), int(chunk_size), int(action_dim)
+        self._chunks: list[tuple[int, np.ndarray]] = []  # (start tick, (K, A)), oldest first
+
+    def reset(self) -> None:
+        self._chunks.clear()
+
+    def add_chunk(self, start_tick: int, chunk: np.ndarray) -> None:
+        chunk = np.asarray(chunk, dtype=np.float64)
+        if chunk.shape != (self.chunk_size, self.action_dim):
+            raise ValueError(f"chunk has shape {chunk.shape}, expected {(self.chunk_size, self.action_dim)}")
+        if not np.all(np.isfinite(chunk)):
+            raise ValueError("chunk holds non-finite actions")
+        self._chunks.append((int(start_tick), chunk))
+        self._chunks.sort(key=lambda item: item[0])
+
+    def action(self, tick: int) -> np.ndarray | None:
+        """(A,) ensembled action for `tick`, or None when no stored chunk covers it."""
+        self._chunks = [(s, c) for s, c in self._chunks if s + self.chunk_size > tick]
+        rows = [c[tick - s] for s, c in self._chunks if s <= tick]
+        if not rows:
+            return None
+        weights = np.exp(-self.m * np.arange(len(rows)))  # i = 0: the oldest chunk
+        return (weights[:, None] * np.stack(rows)).sum(axis=0) / weights.sum()
+
+
+class ChunkQueue:
+    """Execute the newest chunk: the action for tick t comes from the latest chunk that
+    starts at or before t; after its end the last action is held."""
+
+    def __init__(self, chunk_size: int, action_dim: int):
+        self.chunk_size, self.action_dim = int(chunk_size), int(action_dim)
+        self._current: tuple[int, np.ndarray] | None = None
+
+    def reset(self) -> None:
+        self._current = None
+
+    def add_chunk(self, start_tick: int, chunk: np.ndarray) -> None:
+        chunk = np.asarray(chunk, dtype=np.float64)
+        if chunk.shape != (self.chunk_size, self.action_dim):
+            raise ValueError(f"chunk has shape {chunk.shape}, expected {(self.chunk_size, self.action_dim)}")
+        if not np.all(np.isfinite(chunk)):
+            raise ValueError("chunk holds non-finite actions")
+        if self._current is None or start_tick >= self._current[0]:
+            self._current = (int(start_tick), chunk)
+
+    def action(self, tick: int) -> np.ndarray | None:
+        if self._current is None or tick < self._current[0]:
+            return None
+        start, chunk = self._current
+        return chunk[min(tick - start, self.chunk_size - 1)].copy()
+
+
+def make_executor(execution: str, config: PolicyConfig, m: float = 0.1):
+    if execution == "ensemble":
+        return TemporalEnsembler(m, config.chunk_size, config.action_dim)
+    if execution == "queue":
+        return ChunkQueue(config.chunk_size, config.action_dim)
+    raise ValueError(f"execution={execution!r} must be 'ensemble' or 'queue'")
+
+
+@dataclass
+class ChunkPrediction:
+    actions: np.ndarray  # (K, A) unnormalised: 7 joint targets (rad) + gripper opening (m)
+    latency_s: float  # wall time of the forward pass
+    attention: dict[str, np.ndarray] | None  # {camera: (grid, grid)} mean cross-attention
+
+
+class PolicyRuntime:
+    """A loaded policy plus its chunk executor."""
+
+    def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
+                 m: float = 0.1, threads: int | None = None):
+        self.model = model.eval()
+        self.config: PolicyConfig = model.config
+        self.normalizer = normalizer
+        self.tokenizer = model.tokenizer()
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads={threads} must be >= 1")
+            torch.set_num_threads(threads)
+        self.executor = make_executor(execution, self.config, m)
+        self.execution = execution
+        self._instruction: str | None = None
+        self._ids = self._ids_mask = None
+
+    @classmethod
+    def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
+                        threads: int | None = None, cameras: tuple[str, ...] | None = None,
+                        image_size: int | None = None) -> "PolicyRuntime":
+        expected = {}
+        if cameras is not None:
+            expected["cameras"] = list(cameras)
+        if image_size is not None:
+            expected["image_size"] = image_size
+        model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
+        return cls(model, normalizer, execution=execution, m=m, threads=threads)
+
+    def reset(self) -> None:
+        self.executor.reset()
+
+    def _instruction_tokens(self, instruction: str):
+        if instruction != self._instruction:  # tokenised once per episode, not per frame
+            ids, mask = self.tokenizer.encode(instruction)
+            self._ids = torch.as_tensor(ids)[None]  # (1, L)
+            self._ids_mask = torch.as_tensor(mask)[None]  # (1, L)
+            self._instruction = instruction
+        return self._ids, self._ids_mask
+
+    def preprocess(self, images: dict[str, np.ndarray], joint_position: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """{camera: (H, W, 3) uint8} + (9,) -> images (1, C, 3, H, W) in [0, 1], state (1, 9)."""
+        size = self.config.image_size
+        frames = []
+        for name in self.config.cameras:
+            if name not in images:
+                raise ValueError(f"missing camera {name!r}; got {sorted(images)}")
+            rgb = images[name]
+            if rgb.shape != (size, size, 3) or rgb.dtype != np.uint8:
+                raise ValueError(f"camera {name!r} image is {rgb.shape} {rgb.dtype}, expected ({size}, {size}, 3) uint8")
+            frames.append(rgb)
+        stacked = torch.from_numpy(np.stack(frames))  # (C, H, W, 3) uint8, a fresh copy
+        pixels = stacked.permute(0, 3, 1, 2).float().div_(255.0)[None]  # (1, C, 3, H, W)
+        position = np.asarray(joint_position, dtype=np.float64)
+        if position.shape != (self.config.state_dim,) or not np.all(np.isfinite(position)):
+            raise ValueError(f"joint position must be {self.config.state_dim} finite values, got {position}")
+        state = torch.as_tensor(self.normalizer.normalize_state(position), dtype=torch.float32)[None]  # (1, S)
+        return pixels, state
+
+    @torch.inference_mode()
+    def predict_chunk(self, images: dict[str, np.ndarray], joint_position: np.ndarray, instruction: str,
+                      need_attention: bool = False) -> ChunkPrediction:
+        pixels, state = self.preprocess(images, joint_position)
+        ids, ids_mask = self._instruction_tokens(instruction)
+        start = time.perf_counter()
+        out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
+        latency = time.perf_counter() - start
+        actions = self.normalizer.unnormalize_action(out.actions[0].double().numpy())  # (K, A)
+        if not np.all(np.isfinite(actions)):
+            raise FloatingPointError("the policy produced non-finite actions")
+        attention = None
+        if need_attention and out.cross_attention is not None:
+            mean = out.cross_attention[0].mean(dim=(0, 1))  # (N,) over heads and queries
+            attention = {k: v.numpy() for k, v in self.model.layout.patch_grids(mean).items()}
+        return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention)
+
+    def add_chunk(self, start_tick: int, actions: np.ndarray) -> None:
+        self.executor.add_chunk(start_tick, actions)
+
+    def action(self, tick: int) -> tuple[np.ndarray, float] | None:
+        """(arm (7,), gripper opening) for the tick, or None before the first usable chunk."""
+        action = self.executor.action(tick)
+        if action is None:
+            return None
+        return action[:ARM_JOINTS].copy(), float(action[ARM_JOINTS])
+
+
+def measure_latency_ticks(runtime: PolicyRuntime, control_rate: float, repeats: int = 10) -> tuple[int, float]:
+    """This machine's median batch-1 inference latency, as whole control ticks rounded up
+    (at least 1) and in seconds; the default latency model of `arm-act eval`."""
+    cfg = runtime.config
+    rng = np.random.default_rng(0)
+    images = {c: rng.integers(0, 256, (cfg.image_size, cfg.image_size, 3), dtype=np.uint8) for c in cfg.cameras}
+    position = np.asarray(runtime.normalizer.to_dict()["state_mean"], dtype=np.float64)
+    runtime.predict_chunk(images, position, "put the red block in the box")  # warm-up
+    times = [runtime.predict_chunk(images, position, "put the red block in the box").latency_s for _ in range(repeats)]
+    median = float(np.median(times))
+    return max(1, int(np.ceil(median * control_rate))), median
+
+
+# Joint limits and velocity limits of pybullet_data's franka_panda/panda.urdf (the arm the
+# sim loads), repeated here because policy/ must not import PyBullet.
+ARM_LOWER = np.array([-2.9671, -1.8326, -2.9671, -3.1416, -2.9671, -0.0873, -2.9671])
+ARM_UPPER = np.array([2.9671, 1.8326, 2.9671, 0.0, 2.9671, 3.8223, 2.9671])
+GRIPPER_RANGE = (0.0, 0.04)
+
+
+class CommandLimiter:
+    """Safety on the way out: clamp commands to the joint limits and move each joint at most
+    max_joint_speed * dt from the previous command (a policy glitch can never jump the arm).
+    Shared by the policy node and in-process evaluation, so both execute the same commands."""
+
+    def __init__(self, max_joint_speed: float, control_rate: float):
+        if not max_joint_speed > 0 or not control_rate > 0:
+            raise ValueError(f"max_joint_speed={max_joint_speed} and control_rate={control_rate} must be > 0")
+        self.max_step = float(max_joint_speed) / float(control_rate)
+        self._previous: np.ndarray | None = None
+
+    def reset(self, arm: np.ndarray | None = None) -> None:
+        self._previous = None if arm is None else np.asarray(arm, dtype=np.float64).copy()
+
+    def __call__(self, arm: np.ndarray, gripper: float) -> tuple[np.ndarray, float]:
+        target = np.clip(np.asarray(arm, dtype=np.float64), ARM_LOWER, ARM_UPPER)
+        if self._previous is not None:
+            target = np.clip(target, self._previous - self.max_step, self._previous + self.max_step)
+        self._previous = target
+        return target.copy(), float(np.clip(gripper, *GRIPPER_RANGE))

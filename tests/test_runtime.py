@@ -1,0 +1,109 @@
+"""The chunk executors and the runtime: the ensembler against an offline weighted average
+(as LeRobot tests its ACTTemporalEnsembler), the queue, latency offsets, bad input."""
+import numpy as np
+import pytest
+import torch
+
+from policy.config import PolicyConfig
+from policy.model import ACTPolicy
+from policy.normalizer import Normalizer
+from policy.runtime import ChunkQueue, PolicyRuntime, TemporalEnsembler, make_executor
+
+K, A = 6, 3
+
+
+def _chunks(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(K, A)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("m", [0.0, 0.1, 1.0])
+@pytest.mark.parametrize("every", [1, 2, 5])
+def test_ensembler_equals_offline_weighted_average(m, every):
+    chunks = _chunks(12)
+    starts = [i * every for i in range(len(chunks))]
+    ensembler = TemporalEnsembler(m, K, A)
+    for tick in range(starts[-1] + K):
+        for start, chunk in zip(starts, chunks):
+            if start == tick:
+                ensembler.add_chunk(start, chunk)
+        got = ensembler.action(tick)
+        # Offline: every chunk added so far that covers the tick, oldest first, w_i = exp(-m i).
+        rows = [c[tick - s] for s, c in zip(starts, chunks) if s <= tick < s + K]
+        weights = np.exp(-m * np.arange(len(rows)))
+        expected = (weights[:, None] * np.array(rows)).sum(0) / weights.sum()
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_ensembler_with_latency_uses_the_chunk_from_its_start_tick():
+    ensembler = TemporalEnsembler(0.1, K, A)
+    (chunk,) = _chunks(1)
+    assert ensembler.action(3) is None
+    ensembler.add_chunk(0, chunk)  # computed at tick 0, usable at tick 3: the past is skipped
+    np.testing.assert_array_equal(ensembler.action(3), chunk[3])
+    assert ensembler.action(K) is None  # beyond the chunk: nothing to ensemble
+    ensembler.reset()
+    assert ensembler.action(3) is None
+
+
+def test_queue_executes_newest_chunk_and_holds_its_end():
+    queue = ChunkQueue(K, A)
+    first, second = _chunks(2)
+    queue.add_chunk(0, first)
+    np.testing.assert_array_equal(queue.action(2), first[2])
+    queue.add_chunk(4, second)
+    np.testing.assert_array_equal(queue.action(4), second[0])
+    np.testing.assert_array_equal(queue.action(4 + K + 3), second[-1])
+    queue.add_chunk(1, first)  # an older chunk arriving late never replaces a newer one
+    np.testing.assert_array_equal(queue.action(5), second[1])
+
+
+@pytest.mark.parametrize("executor", ["ensemble", "queue"])
+def test_executors_reject_bad_chunks(executor):
+    ex = make_executor(executor, PolicyConfig(chunk_size=K, action_dim=A, width=16, heads=2), 0.1)
+    with pytest.raises(ValueError, match="shape"):
+        ex.add_chunk(0, np.zeros((K - 1, A)))
+    with pytest.raises(ValueError, match="non-finite"):
+        ex.add_chunk(0, np.full((K, A), np.nan))
+    with pytest.raises(ValueError):
+        make_executor("fifo", PolicyConfig(), 0.1)
+
+
+def _tiny_runtime(execution="ensemble"):
+    torch.manual_seed(0)
+    config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=4, encoder_layers=1, chunk_size=K,
+                          dropout=0.0)
+    normalizer = Normalizer(np.zeros(9), np.ones(9), np.arange(8.0), np.full(8, 2.0))
+    return PolicyRuntime(ACTPolicy(config), normalizer, execution=execution, m=0.1)
+
+
+def test_runtime_predicts_unnormalised_chunks_and_attention():
+    runtime = _tiny_runtime()
+    images = {c: np.full((32, 32, 3), 100, np.uint8) for c in ("front", "wrist")}
+    before = {c: v.copy() for c, v in images.items()}
+    pred = runtime.predict_chunk(images, np.zeros(9), "put the red block in the box", need_attention=True)
+    assert pred.actions.shape == (K, 8) and np.all(np.isfinite(pred.actions))
+    with torch.no_grad():
+        pixels, state = runtime.preprocess(images, np.zeros(9))
+        ids, mask = runtime.tokenizer.encode_batch(["put the red block in the box"])
+        raw = runtime.model(pixels, state, ids, mask).actions[0].double().numpy()
+    np.testing.assert_allclose(pred.actions, raw * 2.0 + np.arange(8.0), rtol=1e-5, atol=1e-5)
+    assert set(pred.attention) == {"front", "wrist"} and pred.attention["front"].shape == (2, 2)
+    for c in images:
+        np.testing.assert_array_equal(images[c], before[c])  # inputs not mutated
+    runtime.add_chunk(0, pred.actions)
+    arm, gripper = runtime.action(0)
+    np.testing.assert_allclose(np.append(arm, gripper), pred.actions[0])
+
+
+@pytest.mark.parametrize(
+    "images, position, reason",
+    [
+        ({"front": np.zeros((32, 32, 3), np.uint8)}, np.zeros(9), "missing camera"),
+        ({c: np.zeros((16, 32, 3), np.uint8) for c in ("front", "wrist")}, np.zeros(9), "expected"),
+        ({c: np.zeros((32, 32, 3), np.uint8) for c in ("front", "wrist")}, np.full(9, np.nan), "finite"),
+    ],
+)
+def test_runtime_rejects_bad_observations(images, position, reason):
+    with pytest.raises(ValueError, match=reason):
+        _tiny_runtime().predict_chunk(images, position, "put the red block in the box")
