@@ -29,6 +29,8 @@ def configure(parser) -> None:
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
+    parser.add_argument("--over-ros", action="store_true",
+                        help="run the episodes through sim_node + policy_node/expert_node over DDS, in lockstep")
     add_policy_arguments(parser)
 
 
@@ -90,9 +92,18 @@ def run(args) -> int:
     if args.episodes < 1:
         raise CommandError(f"--episodes {args.episodes} must be >= 1")
     factory, describe = make_agent_factory(args, config)
-    env = ArmEnv(config)
     results = []
     started = time.monotonic()
+    if args.over_ros:
+        from arm_act.ros_eval import run_over_ros
+
+        if args.video or args.bags:
+            raise CommandError("--video and --bags apply to in-process evaluation; record a bag with bag_recorder")
+        checkpoint = None if args.policy == "expert" else str(Path(args.policy))
+        latency = describe["latency_ticks"] if isinstance(describe, dict) else 0
+        results = run_over_ros(args, args.blocks, checkpoint, latency)
+        return _report(args, results, describe, started)
+    env = ArmEnv(config)
     try:
         with progress_bar(total=args.episodes, desc="eval", unit="ep") as bar:
             for index in range(args.episodes):
@@ -104,12 +115,17 @@ def run(args) -> int:
                 bar.set_postfix(success=f"{sum(r['success'] for r in results)}/{len(results)}")
     finally:
         env.close()
+    return _report(args, results, describe, started)
+
+
+def _report(args, results, describe, started) -> int:
     summary = summarize(results, {
         "policy": describe,
         "seed": args.seed,
         "blocks": args.blocks,
         "camera_rate": args.camera_rate,
         "control_rate": args.control_rate,
+        "over_ros": bool(args.over_ros),
         "wall_time_s": round(time.monotonic() - started, 2),
     })
     text = json.dumps(summary, indent=2)
@@ -120,7 +136,8 @@ def run(args) -> int:
         print(text)
     else:
         low, high = summary["ci95"]
-        print(f"{describe}: {summary['successes']}/{summary['episodes']} success "
+        name = describe if isinstance(describe, str) else f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks)"
+        print(f"{name}: {summary['successes']}/{summary['episodes']} success "
               f"({summary['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}) "
               f"in {summary['wall_time_s']:.0f} s")
         for k, v in summary["by_blocks"].items():

@@ -15,7 +15,7 @@ import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, Header, String
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArrayDimension, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
@@ -321,3 +321,30 @@ def objects_from_msg(msg: MarkerArray) -> list[ObjectMarker]:
             )
         )
     return objects
+
+
+# ---------------------------------------------------------------- attention (for viewers)
+def attention_msg(grids: dict, cameras: Sequence[str]) -> Float32MultiArray:
+    """{camera: (g, g)} -> Float32MultiArray with dims camera x row x col; the camera
+    dimension's label lists the camera names ("front,wrist")."""
+    stack = np.stack([np.asarray(grids[c], dtype=np.float32) for c in cameras])  # (C, g, g)
+    c, rows, cols = stack.shape
+    msg = Float32MultiArray(data=stack.ravel().tolist())
+    msg.layout.dim = [
+        MultiArrayDimension(label=",".join(cameras), size=c, stride=c * rows * cols),
+        MultiArrayDimension(label="row", size=rows, stride=rows * cols),
+        MultiArrayDimension(label="col", size=cols, stride=cols),
+    ]
+    return msg
+
+
+def attention_from_msg(msg: Float32MultiArray) -> dict[str, np.ndarray]:
+    if len(msg.layout.dim) != 3:
+        raise ConversionError("attention message needs camera x row x col dims")
+    cameras = msg.layout.dim[0].label.split(",")
+    shape = tuple(int(d.size) for d in msg.layout.dim)
+    values = np.asarray(msg.data, dtype=np.float32)
+    if values.size != int(np.prod(shape)) or len(cameras) != shape[0]:
+        raise ConversionError(f"attention message has {values.size} values for dims {shape}")
+    grids = values.reshape(shape)
+    return {name: grids[i] for i, name in enumerate(cameras)}

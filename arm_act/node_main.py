@@ -1,19 +1,23 @@
 """The console-script main shared by the node executables."""
 from __future__ import annotations
 
-import signal
+import sys
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
 
 def spin_node(node_class, args=None, threads: int = 2) -> None:
-    """Init rclpy, spin one node on a MultiThreadedExecutor until Ctrl-C/SIGTERM, then
-    destroy it (which lets nodes close files and threads) and shut down."""
+    """Init rclpy, spin one node on a MultiThreadedExecutor until Ctrl-C or SIGTERM, then
+    destroy it (nodes close files, threads and the physics client there) and shut down.
+
+    rclpy's own signal handlers (SIGINT and SIGTERM) shut the context down, which ends the
+    spin between callbacks, never in the middle of one. Exits non-zero when the node says
+    it failed (a `failed` attribute) or cannot be created.
+    """
     rclpy.init(args=args)
     node = None
-    # SIGTERM (launch, systemd, docker stop) ends the spin like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    status = 0
     try:
         node = node_class()
         executor = MultiThreadedExecutor(num_threads=threads)
@@ -21,8 +25,14 @@ def spin_node(node_class, args=None, threads: int = 2) -> None:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception as exc:  # e.g. a missing checkpoint: one line, not a traceback
+        print(f"{node_class.__name__}: {exc}", file=sys.stderr)
+        status = 1
     finally:
         if node is not None:
+            status = status or int(bool(getattr(node, "failed", False)))
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+    if status:
+        sys.exit(status)

@@ -16,7 +16,7 @@ def share_directory() -> Path:
         return REPO_ROOT
     try:
         share = Path(get_package_share_directory(PACKAGE))
-    except (PackageNotFoundError, ValueError, LookupError):
+    except (PackageNotFoundError, ValueError, LookupError, OSError):  # OSError: no AMENT_PREFIX_PATH
         return REPO_ROOT
     return share if (share / "checkpoints").is_dir() else REPO_ROOT
 

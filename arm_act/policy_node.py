@@ -21,6 +21,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
+from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
@@ -41,6 +42,7 @@ class PolicyNode(ControllerNode):
         declare("stale_timeout", 0.5)
         declare("max_joint_speed", 2.0)
         declare("latency_ticks", 1)
+        declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
         p = lambda name: self.get_parameter(name).value  # noqa: E731
@@ -79,6 +81,10 @@ class PolicyNode(ControllerNode):
             self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg),
                                      qos_profile_sensor_data)
         self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
+        # For viewers: the mean cross-attention of the action queries over each camera's
+        # patches (Float32MultiArray, dims camera x row x col), one per chunk.
+        self.publish_attention = bool(p("publish_attention"))
+        self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
         self.create_service(Trigger, "~/enable", self.enable_callback)
         self.create_service(Trigger, "~/disable", self.disable_callback)
@@ -143,7 +149,8 @@ class PolicyNode(ControllerNode):
                 continue
             started = time.perf_counter()
             try:
-                pred = self.runtime.predict_chunk(images, position, instruction)
+                pred = self.runtime.predict_chunk(images, position, instruction,
+                                                  need_attention=self.publish_attention)
             except Exception as exc:  # any failure: hold and report, never crash the node
                 with self.lock:
                     self.stats["inference_failures"] += 1
@@ -164,6 +171,8 @@ class PolicyNode(ControllerNode):
                 else:
                     self.ready_chunks[tick] = pred.actions
             self.chunk_pub.publish(conv.action_chunk_msg(stamp * 1e-9, pred.actions, 1.0 / self.control_rate))
+            if pred.attention is not None:
+                self.attention_pub.publish(conv.attention_msg(pred.attention, self.cameras))
             self.try_lockstep_tick()
 
     # ------------------------------------------------------------ control

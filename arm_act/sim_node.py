@@ -42,29 +42,20 @@ TRANSIENT_LOCAL = QoSProfile(
 )
 
 
-def env_config_for_rates(control_rate: int, joint_state_rate: int, camera_rate: int) -> SimConfig:
-    """The SimConfig whose env.step() lasts one joint-state period (camera_rate must divide
-    joint_state_rate).
-
-    The node steps the world at the joint-state rate (default 100 Hz) so it can publish
-    joint states between commands; the physics step dt stays that of the control-rate
-    config, so a lockstep episode over ROS integrates exactly as the in-process rollout.
-    """
+def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) -> SimConfig:
+    """The SimConfig whose env.step() lasts one step period (1/step_rate s), with the same
+    physics dt as the control-rate config: a lockstep episode over ROS integrates exactly
+    as the in-process rollout, and realtime stepping at the joint-state rate changes only
+    when states are published, not the physics."""
     base = SimConfig(control_rate_hz=control_rate, camera_rate_hz=camera_rate)
-    if joint_state_rate % control_rate:
-        raise ValueError(f"joint_state_rate={joint_state_rate} must be a multiple of control_rate={control_rate}")
-    per_command = joint_state_rate // control_rate
-    if base.physics_substeps % per_command:
-        raise ValueError(
-            f"joint_state_rate={joint_state_rate}: {base.physics_substeps} physics steps per "
-            f"control period do not split into {per_command} joint-state periods"
-        )
-    return dataclasses.replace(
-        base,
-        control_rate_hz=joint_state_rate,
-        physics_substeps=base.physics_substeps // per_command,
-        camera_rate_hz=camera_rate,
-    )
+    if step_rate % control_rate or step_rate % camera_rate:
+        raise ValueError(f"joint_state_rate={step_rate} must be a multiple of control_rate={control_rate} "
+                         f"and camera_rate={camera_rate}")
+    config = dataclasses.replace(base, control_rate_hz=step_rate)
+    if abs(config.physics_dt - base.physics_dt) > 1e-12:
+        raise ValueError(f"joint_state_rate={step_rate}: physics rate {base.physics_rate_hz} Hz does not "
+                         f"split into whole steps per joint-state period")
+    return config
 
 
 class SimNode(Node):
@@ -133,6 +124,7 @@ class SimNode(Node):
         self._paused = False
         self._reset_requested = False
         self._stop = threading.Event()
+        self.failed = False
         self.sim_time = CLOCK_START
         self.episode_index = -1
         self.episode_start = CLOCK_START
@@ -194,10 +186,11 @@ class SimNode(Node):
         try:
             while not self._stop.is_set() and self._start_next_episode():
                 self._run_episode()
-        except Exception as exc:  # the node must report, not die silently in its thread
+        except Exception as exc:  # the node must report and exit, not idle on with a dead loop
             if not self._stop.is_set():
                 self.get_logger().error(f"sim loop failed: {exc!r}")
-                raise
+                self.failed = True
+                self.context.try_shutdown()
 
     def _start_next_episode(self) -> bool:
         spec = self.schedule.next()

@@ -114,3 +114,10 @@ def test_action_chunk_round_trip():
     assert len(msg.joint_names) == 9 and len(msg.points) == 5
     assert msg.points[-1].time_from_start.nanosec == 100_000_000
     np.testing.assert_array_equal(conv.action_chunk_from_msg(msg), chunk)
+
+
+def test_attention_round_trip():
+    grids = {"front": np.random.default_rng(0).random((6, 6)), "wrist": np.zeros((6, 6))}
+    back = conv.attention_from_msg(conv.attention_msg(grids, ("front", "wrist")))
+    np.testing.assert_allclose(back["front"], grids["front"], rtol=1e-6)
+    assert set(back) == {"front", "wrist"}

@@ -1,0 +1,186 @@
+"""`arm-act collect`: scripted-expert demonstrations as rosbag2 MCAP, one bag per episode.
+
+    arm-act collect --episodes 200 --seed 0 --blocks 2-5 --out data/demos --workers 2
+
+Episode i has seed S+i and a block count drawn from that seed (arm_act.episodes, the same
+schedule as sim_node and `arm-act eval`); its bag is OUT/episode_<seed>, written in process
+and in lockstep by run_episode with the expert agent (arm_act.recording), with the topics
+and messages the live system publishes, stamped with sim time. The expert's perturbation
+generator is seeded from the episode seed, so a run is reproducible bag for bag whatever the
+worker count. Failed expert episodes are kept, marked success: "false" in custom_data.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+from arm_act.cli import CommandError
+from arm_act.episodes import episode_spec, parse_blocks
+from arm_act.progress import progress_bar
+from arm_act.recording import bag_name
+
+_worker: dict = {}  # per worker process: the env and the options
+
+
+def configure(parser) -> None:
+    parser.add_argument("--episodes", type=int, required=True, help="number of episodes")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (then S+1, S+2, ...)")
+    parser.add_argument("--blocks", default="2-5", help="block count N or range LO-HI")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the bags")
+    parser.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    parser.add_argument("--perturb", type=float, default=0.0,
+                        help="expert perturbation probability per waypoint (recovery demonstrations)")
+    parser.add_argument("--control-rate", type=int, default=50, help="Hz")
+    parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
+    parser.add_argument("--compression", choices=("none", "zstd"), default="none", help="MCAP chunk compression")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the complete bags already in --out and collect only the missing episodes "
+                             "(a bag left incomplete by an interrupted run is set aside as <name>.incomplete)")
+
+
+def _init_worker(options: dict) -> None:
+    from sim import ArmEnv, SimConfig
+
+    config = SimConfig(control_rate_hz=options["control_rate"], camera_rate_hz=options["camera_rate"])
+    _worker.update(options, env=ArmEnv(config))
+
+
+def _close_worker() -> None:
+    env = _worker.pop("env", None)
+    if env is not None:
+        env.close()
+
+
+def collect_episode(spec) -> dict:
+    """Run and record one expert episode in this process's env; returns its record."""
+    import numpy as np
+    from sim import ExpertConfig
+    from sim.rollout import ExpertAgent, run_episode
+
+    from arm_act.recording import EpisodeBagRecorder
+
+    env, perturb = _worker["env"], _worker["perturb"]
+    # The same perturbation generator as `arm-act eval --policy expert` and run_expert_episodes.
+    agent = ExpertAgent(ExpertConfig(perturb_prob=perturb), rng=np.random.default_rng(spec.seed + 1_000_003))
+    recorder = EpisodeBagRecorder.for_rollout(_worker["out"], env, spec, compression=_worker["compression"],
+                                              expert="scripted", perturb_prob=perturb)
+    try:
+        result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True, on_tick=recorder.on_tick(env, agent))
+    except BaseException as exc:
+        recorder.abort(f"episode failed: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        agent.close()
+    recorder.finish(result)
+    return {"seed": result.seed, "n_blocks": result.n_blocks, "status": result.status, "success": bool(result.success),
+            "duration_s": round(float(result.duration), 4), "ticks": result.ticks, "frames": recorder.frames,
+            "bag": str(recorder.path), "bytes": sum(f.stat().st_size for f in recorder.path.iterdir())}
+
+
+def _collect_in_worker(spec) -> dict:
+    try:
+        return collect_episode(spec)
+    except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
+        raise RuntimeError(f"seed {spec.seed}: {type(exc).__name__}: {exc}") from None
+
+
+def _resume(out: Path, specs, existing):
+    """Split specs into those still to collect; incomplete bags are renamed, never deleted."""
+    from arm_act.bagio import BagError, bag_info
+
+    done = set()
+    for spec in existing:
+        path = out / bag_name(spec.seed)
+        try:
+            complete = bag_info(path).complete
+        except BagError:
+            complete = False
+        if complete:
+            done.add(spec.seed)
+        else:
+            aside = path.with_name(path.name + ".incomplete")
+            if aside.exists():
+                raise CommandError(f"{aside} exists; remove it or move it away first")
+            path.rename(aside)
+    return [s for s in specs if s.seed not in done], len(done)
+
+
+def run(args) -> int:
+    from sim import ExpertConfig, SimConfig
+
+    try:  # validate everything before the first episode
+        blocks = parse_blocks(args.blocks)
+        SimConfig(control_rate_hz=args.control_rate, camera_rate_hz=args.camera_rate)
+        ExpertConfig(perturb_prob=args.perturb)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if args.episodes < 1 or args.workers < 1:
+        raise CommandError(f"--episodes {args.episodes} and --workers {args.workers} must be >= 1")
+    specs = [episode_spec(i, args.seed, blocks) for i in range(args.episodes)]
+    existing = [s for s in specs if (args.out / bag_name(s.seed)).exists()]
+    if existing and not args.resume:
+        names = [bag_name(s.seed) for s in existing]
+        raise CommandError(f"{args.out} already holds {', '.join(names[:3])}{' ...' if len(names) > 3 else ''};"
+                           " bags are never overwritten (--resume to keep them and collect the rest)")
+    if existing:
+        specs, skipped = _resume(args.out, specs, existing)
+        print(f"resuming: {skipped} complete bags kept, {len(specs)} episodes to collect", file=sys.stderr)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"cannot create {args.out}: {exc.strerror or exc}") from None
+    options = {"out": str(args.out), "perturb": args.perturb, "control_rate": args.control_rate,
+               "camera_rate": args.camera_rate, "compression": None if args.compression == "none" else "zstd"}
+
+    started = time.monotonic()
+    records = []
+    with progress_bar(len(specs), "collect", unit="ep") as bar:
+        def done(record: dict) -> None:
+            records.append(record)
+            bar.update(1)
+            bar.set_postfix(success=f"{sum(r['success'] for r in records)}/{len(records)}")
+
+        try:
+            if args.workers == 1:
+                _init_worker(options)
+                try:
+                    for spec in specs:
+                        done(collect_episode(spec))
+                finally:
+                    _close_worker()
+            else:
+                # spawn: PyBullet and DDS state must not be forked; one env per worker.
+                context = multiprocessing.get_context("spawn")
+                with context.Pool(min(args.workers, len(specs)), _init_worker, (options,)) as pool:
+                    for record in pool.imap_unordered(_collect_in_worker, specs):
+                        done(record)
+        except Exception as exc:  # noqa: BLE001 - BagError, sim errors, a worker's RuntimeError
+            raise CommandError(f"collect stopped: {exc}") from None
+
+    records.sort(key=lambda r: r["seed"])
+    summary = {
+        "out": str(args.out), "episodes": len(records), "successes": sum(r["success"] for r in records),
+        "frames": sum(r["frames"] for r in records), "ticks": sum(r["ticks"] for r in records),
+        "bytes": sum(r["bytes"] for r in records), "wall_time_s": round(time.monotonic() - started, 2),
+        "seed": args.seed, "blocks": args.blocks, "perturb": args.perturb, "workers": args.workers,
+        "episodes_detail": records,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['episodes']} episodes, {summary['successes']} successful, {summary['frames']} frames, "
+              f"{summary['bytes'] / 1e6:.1f} MB in {args.out}, {summary['wall_time_s']:.1f} s")
+        failed = [r["seed"] for r in records if not r["success"]]
+        if failed:
+            print(f"failed expert episodes (kept, success: false): seeds {failed}")
+    return 0
+
+
+if __name__ == "__main__":
+    from arm_act.cli import main
+
+    sys.exit(main(["collect", *sys.argv[1:]]))

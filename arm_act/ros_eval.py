@@ -1,0 +1,68 @@
+"""`arm-act eval --over-ros`: the same seeded episodes run through sim_node and the
+controller node (policy_node or expert_node) over DDS, in lockstep.
+
+The nodes live in this process on a private rclpy context in their own DDS domain (they
+still talk through DDS, as separate processes would). Lockstep makes the result
+deterministic, so it must agree episode by episode with the in-process `arm-act eval`
+for the same seeds and latency model.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from arm_act.progress import progress_bar
+
+
+def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: int,
+                 domain_id: int | None = None) -> list[dict]:
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from arm_act.expert_node import ExpertNode
+    from arm_act.sim_node import SimNode
+
+    def params(**values):
+        return [Parameter(k, value=v) for k, v in values.items()] + [Parameter("use_sim_time", value=True)]
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain_id if domain_id is not None else 150 + os.getpid() % 60)
+    nodes = []
+    try:
+        sim = SimNode(context=context, parameter_overrides=params(
+            mode="lockstep", episodes=args.episodes, seed=args.seed, blocks=blocks_text,
+            control_rate=args.control_rate, camera_rate=args.camera_rate, joint_state_rate=args.control_rate))
+        nodes.append(sim)
+        common = dict(mode="lockstep", control_rate=args.control_rate)
+        if checkpoint is None:
+            nodes.append(ExpertNode(context=context, parameter_overrides=params(**common)))
+        else:
+            from arm_act.policy_node import PolicyNode
+
+            nodes.append(PolicyNode(context=context, parameter_overrides=params(
+                **common, checkpoint=checkpoint, latency_ticks=latency_ticks, execution=args.execution,
+                ensemble_m=args.ensemble_m, torch_threads=args.threads, max_joint_speed=args.max_joint_speed,
+                publish_attention=False)))
+        executor = MultiThreadedExecutor(num_threads=3, context=context)
+        for node in nodes:
+            executor.add_node(node)
+        with progress_bar(total=args.episodes, desc="eval over ROS", unit="ep") as bar:
+            done = 0
+            while len(sim.finished) < args.episodes:
+                if sim.failed:
+                    raise RuntimeError("sim_node failed; see its log")
+                executor.spin_once(timeout_sec=0.05)
+                if len(sim.finished) > done:
+                    bar.update(len(sim.finished) - done)
+                    done = len(sim.finished)
+        return [{
+            "seed": info.seed, "n_blocks": info.n_blocks, "instruction": info.instruction,
+            "status": info.state, "success": info.state == "success", "duration": round(info.time, 4),
+        } for info in sim.finished]
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.shutdown(context=context)
+        time.sleep(0)  # let DDS threads unwind before the process moves on

@@ -1,0 +1,131 @@
+"""The policy's one config dataclass: validated on construction, round-trips through JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from policy.vocab import default_vocab, validate_vocab
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Shape and training hyper-parameters of the ACT-style policy.
+
+    Defaults are sized for batch-1 inference well inside one 10 Hz camera period on two CPU
+    cores and for training on two cores in about an hour (see policy/budget.py and
+    `arm-act budget`): 96x96 images, 16x16 patches (36 tokens per camera), width 256.
+    """
+
+    image_size: int = 96  # square images, pixels per side
+    patch_size: int = 16  # patch side P; image_size must be a multiple of it
+    cameras: tuple[str, ...] = ("front", "wrist")
+    width: int = 256  # model width D
+    heads: int = 8
+    encoder_layers: int = 4
+    decoder_layers: int = 1
+    chunk_size: int = 50  # K future control steps (1 s at 50 Hz), one action query each
+    action_dim: int = 8  # 7 arm joint targets + gripper opening
+    state_dim: int = 9  # 7 arm joints + 2 finger joints
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * D (the lesson's 4D)
+    dropout: float = 0.1
+    # The ACT paper's ablation (Zhao et al. 2023, Sec. V-D) found the CVAE matters for noisy
+    # human demonstrations but makes little difference on scripted ones, which is what this
+    # project trains on; so it is off by default and costs nothing at inference.
+    use_cvae: bool = False
+    latent_dim: int = 32
+    cvae_layers: int = 2
+    kl_weight: float = 10.0  # ACT's default
+    pre_ln: bool = True
+    decoder_rope: bool = False  # rotary positions in the action queries' self-attention
+    max_instruction_tokens: int = 8
+    vocab: tuple[str, ...] = field(default_factory=default_vocab)
+
+    def __post_init__(self) -> None:
+        # Lists from JSON become tuples, so the config stays hashable and comparable.
+        object.__setattr__(self, "cameras", tuple(self.cameras))
+        object.__setattr__(self, "vocab", tuple(self.vocab))
+        positive = ("image_size", "patch_size", "width", "heads", "encoder_layers",
+                    "decoder_layers", "chunk_size", "action_dim", "state_dim", "mlp_ratio",
+                    "latent_dim", "cvae_layers", "max_instruction_tokens")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        for name in ("use_cvae", "pre_ln", "decoder_rope"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size={self.image_size} must be a multiple of "
+                             f"patch_size={self.patch_size}")
+        if self.width % self.heads:
+            raise ValueError(f"width={self.width} must be divisible by heads={self.heads}")
+        if self.width % 4:
+            # The 2D sinusoidal encoding gives D/2 dimensions to rows and D/2 to columns,
+            # each as sin/cos pairs.
+            raise ValueError(f"width={self.width} must be a multiple of 4")
+        if self.decoder_rope and (self.width // self.heads) % 2:
+            raise ValueError(f"decoder_rope needs an even head width, got "
+                             f"width/heads={self.width}/{self.heads}")
+        if not self.cameras:
+            raise ValueError("cameras=() must name at least one camera")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"cameras={self.cameras!r} has duplicates")
+        for cam in self.cameras:
+            if not isinstance(cam, str) or not cam:
+                raise ValueError(f"camera name {cam!r} must be a non-empty string")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
+        if not float(self.kl_weight) >= 0.0:
+            raise ValueError(f"kl_weight={self.kl_weight!r} must be >= 0")
+        validate_vocab(self.vocab)
+
+    # Derived sizes -----------------------------------------------------------------------
+    @property
+    def grid(self) -> int:
+        """Patches per image side (image_size / patch_size)."""
+        return self.image_size // self.patch_size
+
+    @property
+    def patches_per_camera(self) -> int:
+        return self.grid * self.grid
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def encoder_tokens(self) -> int:
+        """N: [latent?] + state + instruction + all cameras' patches."""
+        return (int(self.use_cvae) + 1 + self.max_instruction_tokens
+                + len(self.cameras) * self.patches_per_camera)
+
+    # JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["cameras"] = list(self.cameras)
+        out["vocab"] = list(self.vocab)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "PolicyConfig":
+        """Build from a dict. Unknown keys are an error; so are missing ones unless partial
+        (a checkpoint's config must be complete, or a changed default would silently change
+        the model it describes)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"policy config must be a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown policy config keys {unknown}")
+        missing = sorted(names - set(data))
+        if missing and not partial:
+            raise ValueError(f"policy config is missing keys {missing}")
+        return cls(**data)
+
+    def differences(self, other: "PolicyConfig") -> dict[str, tuple[Any, Any]]:
+        """{field: (self's value, other's value)} for every field that differs."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}

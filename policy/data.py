@@ -1,0 +1,174 @@
+"""Training samples from demonstration arrays: one sample per camera frame, with the chunk
+of the K commands that follow it (ACT's action chunking, Zhao et al. 2023, Sec. IV-A).
+
+Episodes are any objects with the attributes instruction (str), frame_ticks (F,) int,
+images (F, C, H, W, 3) uint8, frame_state (F, S) and commands (T, A) (e.g.
+arm_act.dataset.EpisodeArrays). The whole dataset is held in memory as uint8 images and
+float32 vectors; a batch is built by indexing, and augmentation works on the whole batch
+at once, so no Python loop touches pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from policy.config import PolicyConfig
+from policy.normalizer import Normalizer
+from policy.vocab import InstructionTokenizer
+
+MAX_SHIFT = 4  # pixels: DrQ's pad-4-and-random-crop (Kostrikov et al. 2021) at 84-96 px
+BRIGHTNESS = 0.1  # multiplicative jitter range, +-10 %
+CONTRAST = 0.1
+
+
+def validate_episode(episode, index: int, config: PolicyConfig) -> None:
+    """Raise ValueError naming the episode (its `bag` when it has one) and what is wrong."""
+    name = getattr(episode, "bag", f"episode {index}")
+    images = np.asarray(episode.images)
+    ticks = np.asarray(episode.frame_ticks)
+    state = np.asarray(episode.frame_state)
+    commands = np.asarray(episode.commands)
+    c, size = len(config.cameras), config.image_size
+    cams = getattr(episode, "cameras", None)
+    if cams is not None and tuple(cams) != tuple(config.cameras):
+        raise ValueError(f"{name}: has cameras {list(cams)}, the policy config wants "
+                         f"{list(config.cameras)}")
+    if images.dtype != np.uint8 or images.ndim != 5 or images.shape[1:] != (c, size, size, 3):
+        got = "x".join(map(str, images.shape[2:4])) if images.ndim == 5 else str(images.shape)
+        raise ValueError(f"{name}: images are {images.dtype} {images.shape} ({got} pixels); the "
+                         f"policy config wants uint8 (F, {c}, {size}, {size}, 3) - set "
+                         f"image_size to the bags' image size")
+    f = images.shape[0]
+    if f == 0:
+        raise ValueError(f"{name}: no camera frames")
+    if ticks.shape != (f,) or state.shape != (f, config.state_dim):
+        raise ValueError(f"{name}: frame_ticks {ticks.shape} / frame_state {state.shape} do "
+                         f"not match {f} frames of {config.state_dim} joint values")
+    if commands.ndim != 2 or commands.shape[1] != config.action_dim or len(commands) == 0:
+        raise ValueError(f"{name}: commands {commands.shape}, expected (T, {config.action_dim})")
+    if ticks.min() < 0 or ticks.max() >= len(commands):
+        raise ValueError(f"{name}: frame ticks {ticks.min()}..{ticks.max()} outside the "
+                         f"{len(commands)} commanded ticks")
+    for what, arr in (("frame_state", state), ("commands", commands)):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name}: {what} holds non-finite values")
+
+
+def fit_normalizer(episodes: Sequence) -> Normalizer:
+    """Statistics of the joint states at the frames and of every command."""
+    if not episodes:
+        raise ValueError("cannot compute normalization statistics without episodes")
+    states = np.concatenate([np.asarray(e.frame_state, np.float64) for e in episodes])
+    actions = np.concatenate([np.asarray(e.commands, np.float64) for e in episodes])
+    return Normalizer.fit(states, actions)
+
+
+def split_episodes(n_episodes: int, val_fraction: float, seed: int
+                   ) -> tuple[list[int], list[int]]:
+    """Episode-level split (frames of one episode are near duplicates, so a frame-level
+    split would leak). -> (train indices, val indices), both sorted. At least one
+    validation episode when there are two or more and val_fraction > 0."""
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes={n_episodes} must be >= 1")
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction} must be in [0, 1)")
+    n_val = 0
+    if n_episodes >= 2 and val_fraction > 0:
+        n_val = min(n_episodes - 1, max(1, int(round(val_fraction * n_episodes))))
+    order = np.random.default_rng(seed).permutation(n_episodes)
+    return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
+
+
+def augment_images(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random shift and brightness/contrast jitter, per sample and camera.
+
+    images (B, C, H, W, 3) uint8 -> (B, C, 3, H, W) float32 in [0, 1]. The shift is DrQ's
+    "pad by 4 with edge pixels, crop back at a random offset": clamping the source indices
+    to the image is exactly edge padding, so it is one gather with no padded copy.
+    """
+    b, c, h, w, _ = images.shape
+    flat = images.reshape(b * c, h, w, 3)  # (BC, H, W, 3)
+    shift = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2, b * c), generator=generator)
+    rows = (torch.arange(h)[None, :] + shift[0][:, None]).clamp_(0, h - 1)  # (BC, H)
+    cols = (torch.arange(w)[None, :] + shift[1][:, None]).clamp_(0, w - 1)  # (BC, W)
+    n = torch.arange(b * c)[:, None, None]
+    shifted = flat[n, rows[:, :, None], cols[:, None, :]]  # (BC, H, W, 3)
+    x = shifted.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)  # (BC, 3, H, W)
+    jitter = torch.rand(2, b * c, 1, 1, 1, generator=generator) * 2.0 - 1.0
+    contrast = 1.0 + CONTRAST * jitter[0]  # (BC, 1, 1, 1)
+    brightness = 1.0 + BRIGHTNESS * jitter[1]
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)  # (BC, 1, 1, 1)
+    x = ((x - mean) * contrast + mean) * brightness
+    return x.clamp_(0.0, 1.0).reshape(b, c, 3, h, w)  # (B, C, 3, H, W)
+
+
+class ChunkDataset:
+    """Samples (one per camera frame) of a list of episodes, batched by index.
+
+    A batch holds images (B, C, 3, H, W) float in [0, 1]; state (B, S) normalised;
+    instruction_ids (B, L) long and instruction_mask (B, L) bool; actions (B, K, A): the
+    normalised commands of ticks c .. c+K-1 for a frame at tick c, padded past the
+    episode's end with its last command; action_mask (B, K) bool, False on padding.
+    """
+
+    def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer):
+        if not episodes:
+            raise ValueError("a ChunkDataset needs at least one episode")
+        for i, episode in enumerate(episodes):
+            validate_episode(episode, i, config)
+        self.config = config
+        self.chunk_size = config.chunk_size
+        frames = [len(e.frame_ticks) for e in episodes]
+        ticks = [len(e.commands) for e in episodes]
+        self.n_episodes = len(episodes)
+        images = np.concatenate([e.images for e in episodes])
+        self.images = torch.from_numpy(images)  # (N, C, H, W, 3) uint8
+        state = np.concatenate([np.asarray(e.frame_state, np.float32) for e in episodes])
+        self.state = torch.as_tensor(normalizer.normalize_state(state), dtype=torch.float32)
+        commands = np.concatenate([np.asarray(e.commands, np.float32) for e in episodes])
+        self.commands = torch.as_tensor(normalizer.normalize_action(commands),
+                                        dtype=torch.float32)  # (sum T, A)
+        offsets = np.concatenate([[0], np.cumsum(ticks)[:-1]])
+        episode_of = np.repeat(np.arange(len(episodes)), frames)
+        frame_ticks = np.concatenate([np.asarray(e.frame_ticks, np.int64) for e in episodes])
+        self.episode_of = torch.from_numpy(episode_of)  # (N,)
+        self.action_start = torch.from_numpy(offsets[episode_of] + frame_ticks)  # (N,)
+        self.action_end = torch.from_numpy((offsets + np.asarray(ticks))[episode_of])  # (N,)
+        tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
+        ids, mask = tokenizer.encode_batch([e.instruction for e in episodes])
+        self.instruction_ids, self.instruction_mask = ids, mask  # (E, L)
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def n_frames(self) -> int:
+        return len(self)
+
+    def batch(self, index: torch.Tensor, generator: torch.Generator | None = None,
+              augment: bool = False) -> dict[str, torch.Tensor]:
+        """Samples `index` (B,) long as a batch dict (model.loss's keys). augment needs a
+        generator (the only randomness drawn)."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        uint8 = self.images[index]  # (B, C, H, W, 3)
+        if augment:
+            if generator is None:
+                raise ValueError("augment=True needs a torch.Generator")
+            images = augment_images(uint8, generator)
+        else:
+            images = uint8.permute(0, 1, 4, 2, 3).to(torch.float32).div_(255.0)  # (B, C, 3, H, W)
+        steps = torch.arange(self.chunk_size)  # (K,)
+        tick = self.action_start[index, None] + steps  # (B, K)
+        end = self.action_end[index, None]  # (B, 1)
+        episode = self.episode_of[index]
+        return {
+            "images": images,
+            "state": self.state[index],  # (B, S)
+            "instruction_ids": self.instruction_ids[episode],  # (B, L)
+            "instruction_mask": self.instruction_mask[episode],  # (B, L)
+            "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
+            "action_mask": tick < end,  # (B, K)
+        }

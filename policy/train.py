@@ -1,0 +1,447 @@
+"""Training the policy on demonstration episodes: AdamW, linear warm-up then cosine decay,
+L1 on the action chunk (+ KL for the CVAE), an episode-level validation split, resumable
+state, and at the end the checkpoint the runtime loads, loss curves and metrics.json.
+
+    metrics = train(episodes, PolicyConfig(), TrainConfig(steps=3000), "checkpoints/run1")
+
+Determinism: one torch.Generator (seeded from TrainConfig.seed) draws the sampling order,
+the augmentation and the CVAE noise; dropout draws from torch's global generator, which is
+seeded here as well, inside torch.random.fork_rng so the caller's state is untouched. Both
+generator states are saved with the training state (policy/train_state.py), so N steps in
+one run and N/2 + N/2 with a resume in between give bit-identical weights (tested).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from policy.checkpoint import CheckpointError, read_config, save_checkpoint
+from policy.config import PolicyConfig
+from policy.data import ChunkDataset, fit_normalizer, split_episodes
+from policy.model import ACTPolicy, chunk_l1
+from policy.normalizer import Normalizer
+from policy.train_config import TrainConfig, lr_at
+from policy.train_state import (
+    STATE_DIR,
+    SavedState,
+    TrainingError,
+    check_resumable,
+    describe_differences,
+    find_train_state,
+    load_train_state,
+    remove_train_state,
+    restore_optimizer,
+    save_train_state,
+    saved_step,
+)
+
+__all__ = ["TrainConfig", "TrainingError", "evaluate", "lr_at", "plot_losses", "train"]
+
+logger = logging.getLogger(__name__)
+
+CURVES_FILE = "loss_curves.png"
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def data_fingerprint(episodes: Sequence) -> str:
+    """A hash of the training data (instructions, ticks, states, commands, image shapes and
+    a strided sample of pixels): resuming on other data is refused."""
+    h = hashlib.sha256()
+    for e in episodes:
+        images = np.asarray(e.images)
+        h.update(e.instruction.encode())
+        h.update(str(images.shape).encode())
+        h.update(np.ascontiguousarray(images.reshape(-1)[::997]).tobytes())
+        for arr in (e.frame_ticks, e.frame_state, e.commands):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
+             batch_size: int) -> float:
+    """Chunk L1 (normalised units) over the samples `index`, predicted as the runtime
+    does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0."""
+    was_training = model.training
+    model.eval()
+    total = count = 0.0
+    try:
+        for start in range(0, len(index), batch_size):
+            batch = dataset.batch(index[start:start + batch_size])
+            out = model(batch["images"], batch["state"], batch["instruction_ids"],
+                        batch["instruction_mask"])
+            valid = float(batch["action_mask"].sum()) * out.actions.shape[-1]
+            total += float(chunk_l1(out.actions, batch["actions"], batch["action_mask"])) * valid
+            count += valid
+    finally:
+        model.train(was_training)
+    return total / max(count, 1.0)
+
+
+def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
+    """Train and val L1 over steps (log scale; KL on a second axis for the CVAE) as a PNG,
+    drawn on an Agg canvas (no display, no pyplot global state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if history["train"]:
+        points = [(p["step"], p["l1"]) for p in history["train"]]
+        ax.plot(*zip(*points), lw=1, marker="." if len(points) < 50 else None, label="train L1")
+    if history["val"]:
+        ax.plot(*zip(*[(p["step"], p["l1"]) for p in history["val"]]), "o-", lw=1.5, ms=3,
+                label="val L1 (as at inference)")
+    kl = [(p["step"], p["kl"]) for p in history["train"] if p.get("kl") is not None]
+    if kl:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*kl), color="tab:gray", lw=0.8, label="train KL")
+        ax2.set_ylabel("KL")
+        ax2.legend(loc="upper center")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("chunk L1 (normalised units)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+class _Sampler:
+    """Epochs of random permutations cut into batches (a batch may span two epochs)."""
+
+    def __init__(self, n: int, generator: torch.Generator):
+        self.n, self.generator = n, generator
+        self.order = torch.randperm(n, generator=generator)
+        self.pos = 0
+
+    def next(self, batch_size: int) -> torch.Tensor:
+        parts, need = [], batch_size
+        while need:
+            if self.pos == self.n:
+                self.order = torch.randperm(self.n, generator=self.generator)
+                self.pos = 0
+            take = min(need, self.n - self.pos)
+            parts.append(self.order[self.pos:self.pos + take])
+            self.pos += take
+            need -= take
+        return torch.cat(parts)
+
+
+@dataclass
+class _Snapshot:
+    """The random state at the start of a step: what a Ctrl-C during it saves."""
+
+    step: int
+    generator: torch.Tensor
+    torch_rng: torch.Tensor
+    order: torch.Tensor
+    pos: int
+
+
+class _NonFinite(Exception):
+    def __init__(self, step: int, values: Mapping[str, float]):
+        super().__init__(step)
+        self.step, self.values = step, dict(values)
+
+
+class _Trainer:
+    """One training run's objects and loop; used only inside train()'s RNG and thread
+    contexts."""
+
+    def __init__(self, cfg: PolicyConfig, tcfg: TrainConfig, out: Path, normalizer: Normalizer,
+                 train_set: ChunkDataset, val_set: ChunkDataset | None, fingerprint: str):
+        self.cfg, self.tcfg, self.out = cfg, tcfg, out
+        self.normalizer, self.fingerprint = normalizer, fingerprint
+        self.train_set, self.val_set = train_set, val_set
+        torch.manual_seed(tcfg.seed)  # the global generator: initial weights and dropout
+        self.model = ACTPolicy(cfg).train()
+        # Weight decay only on the matrices of linear maps, not on biases, norms,
+        # embeddings and queries (nanoGPT's configure_optimizers rule).
+        linear = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Linear)}
+        params = list(self.model.parameters())
+        self.optimizer = torch.optim.AdamW(
+            [{"params": [p for p in params if id(p) in linear], "weight_decay": tcfg.weight_decay},
+             {"params": [p for p in params if id(p) not in linear], "weight_decay": 0.0}],
+            lr=tcfg.lr)
+        self.generator = torch.Generator().manual_seed(tcfg.seed)
+        self.sampler = _Sampler(len(train_set), self.generator)
+        self.val_index = None
+        if val_set is not None:
+            val_gen = torch.Generator().manual_seed(tcfg.seed + 1)
+            self.val_index = torch.randperm(len(val_set), generator=val_gen)[:tcfg.val_samples]
+        self.history: dict[str, list] = {"train": [], "val": []}
+        self.window = {"l1": 0.0, "kl": 0.0, "n": 0}  # training losses since the last log
+        self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
+        self.phase = "idle"  # "prepare" (weights untouched) and "update" inside train_step
+        self.started = time.perf_counter()
+
+    def restore(self, saved: SavedState) -> None:
+        st = saved.state
+        try:
+            self.model.load_state_dict(saved.model, strict=True)
+            restore_optimizer(self.optimizer, saved)
+            self.generator.set_state(saved.tensors["rng.generator"])
+            torch.set_rng_state(saved.tensors["rng.torch"])
+            self.sampler.order = saved.tensors["sampler.order"].clone()
+            self.sampler.pos = int(st["sampler_pos"])
+            self.step, self.history = int(st["step"]), st["history"]
+            self.window = dict(st.get("loss_window", self.window))
+            self.train_time = float(st.get("train_time_s", 0.0))
+            self.wall_before = float(st.get("wall_time_s", 0.0))
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise TrainingError(f"training state {saved.path} does not fit this model "
+                                f"({type(exc).__name__}: {exc}); delete it or train with "
+                                "--no-resume") from None
+        n = len(self.train_set)
+        if len(self.sampler.order) != n or not 0 <= self.sampler.pos <= n:
+            raise TrainingError(f"training state {saved.path} samples {len(self.sampler.order)} "
+                                f"frames, the data has {len(self.train_set)}; use --no-resume")
+        logger.info("resuming from %s at step %d", saved.path, self.step)
+
+    @property
+    def wall_time(self) -> float:
+        return self.wall_before + time.perf_counter() - self.started
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.step * self.tcfg.batch_size / self.train_time if self.train_time else 0.0
+
+    def snapshot(self) -> _Snapshot:
+        return _Snapshot(self.step, self.generator.get_state(), torch.get_rng_state(),
+                         self.sampler.order, self.sampler.pos)
+
+    def save_state(self, snap: _Snapshot | None = None) -> None:
+        snap = snap or self.snapshot()
+        save_train_state(self.out, self.model, self.optimizer,
+                         {"rng.generator": snap.generator, "rng.torch": snap.torch_rng,
+                          "sampler.order": snap.order},
+                         {"step": snap.step, "sampler_pos": snap.pos, "policy": self.cfg.to_dict(),
+                          "train": self.tcfg.to_dict(), "normalization": self.normalizer.to_dict(),
+                          "data_fingerprint": self.fingerprint, "history": self.history,
+                          "loss_window": self.window, "train_time_s": self.train_time,
+                          "wall_time_s": self.wall_time})
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer update; raises _NonFinite before touching the weights."""
+        tcfg = self.tcfg
+        t0 = time.perf_counter()
+        self.phase = "prepare"
+        batch = self.train_set.batch(self.sampler.next(tcfg.batch_size), self.generator,
+                                     augment=tcfg.augment)
+        lr = lr_at(self.step, tcfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss, parts = self.model.loss(batch, generator=self.generator)
+        values = {k: float(v) for k, v in parts.items()}
+        if not math.isfinite(float(loss.detach())):
+            raise _NonFinite(self.step, values)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), tcfg.grad_clip if tcfg.grad_clip > 0 else math.inf)
+        if not math.isfinite(float(norm)):
+            raise _NonFinite(self.step, {**values, "grad_norm": float(norm)})
+        self.phase = "update"
+        self.optimizer.step()
+        self.step += 1
+        self.phase = "idle"
+        self.train_time += time.perf_counter() - t0
+        return {"loss": float(loss.detach()), "lr": lr, **values}
+
+    def log(self, values: Mapping[str, float], force: bool) -> None:
+        w = self.window
+        w["l1"] += values["l1"]
+        w["kl"] += values.get("kl", 0.0)
+        w["n"] += 1
+        if self.step % self.tcfg.log_every == 0 or force:
+            self.history["train"].append({
+                "step": self.step, "l1": w["l1"] / w["n"], "lr": values["lr"],
+                "kl": w["kl"] / w["n"] if self.cfg.use_cvae else None})
+            self.window = {"l1": 0.0, "kl": 0.0, "n": 0}
+
+    def validate(self) -> float:
+        l1 = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size)
+        self.history["val"].append({"step": self.step, "l1": l1})
+        return l1
+
+    def run(self, end: int, progress: bool) -> None:
+        """Train up to step `end`, checkpointing as configured and at `end`."""
+        from tqdm import tqdm
+
+        tcfg = self.tcfg
+        last_val = self.history["val"][-1]["l1"] if self.history["val"] else None
+        bar = tqdm(total=tcfg.steps, initial=self.step, desc="training", unit="step",
+                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        snap = None
+        try:
+            while self.step < end:
+                snap = self.snapshot()
+                values = self.train_step()
+                self.log(values, force=self.step == end)
+                if self.val_set is not None and (self.step % tcfg.val_every == 0
+                                                 or self.step == tcfg.steps):
+                    last_val = self.validate()
+                if self.step % tcfg.checkpoint_every == 0 or self.step == end:
+                    self.save_state()
+                if self.step % tcfg.val_every == 0:
+                    logger.info("step %d/%d  train L1 %.4f  val L1 %s  lr %.2e  %.1f samples/s",
+                                self.step, tcfg.steps, values["l1"],
+                                "-" if last_val is None else f"{last_val:.4f}", values["lr"],
+                                self.samples_per_s)
+                bar.update(1)
+                bar.set_postfix_str(
+                    f"loss {values['loss']:.4f}"
+                    + ("" if last_val is None else f" val {last_val:.4f}")
+                    + f" {self.samples_per_s:.1f} samples/s", refresh=False)
+        except KeyboardInterrupt:
+            if self.phase == "update":  # inside optimizer.step(): weights may be half-updated
+                logger.warning("interrupted during a weight update: the last saved training "
+                               "state is kept")
+                raise
+            # Before the update the weights are those of the snapshot's step; between steps
+            # everything is current.
+            self.save_state(snap if self.phase == "prepare" else None)
+            self.phase = "idle"
+            logger.warning("interrupted: training state at step %s saved in %s",
+                           saved_step(self.out / STATE_DIR), self.out / STATE_DIR)
+            raise
+        finally:
+            bar.close()
+
+    def metrics(self, episodes: Sequence, data_info: Mapping[str, Any] | None) -> dict[str, Any]:
+        h = self.history
+        val_frames = len(self.val_set) if self.val_set is not None else 0
+        return {
+            "data": {"episodes": len(episodes), "frames": len(self.train_set) + val_frames,
+                     "train_episodes": self.train_set.n_episodes,
+                     "val_episodes": self.val_set.n_episodes if self.val_set else 0,
+                     "train_frames": len(self.train_set), "val_frames": val_frames,
+                     "val_samples": 0 if self.val_index is None else len(self.val_index),
+                     "bags": [str(e.bag) for e in episodes if hasattr(e, "bag")],
+                     "fingerprint": self.fingerprint, **dict(data_info or {})},
+            "policy": self.cfg.to_dict(), "train": self.tcfg.to_dict(),
+            "parameters": self.model.num_parameters(), "steps": self.step,
+            "samples": self.step * self.tcfg.batch_size,
+            "wall_time_s": round(self.wall_time, 3), "train_time_s": round(self.train_time, 3),
+            "samples_per_s": round(self.samples_per_s, 2),
+            "final": {"train_l1": h["train"][-1]["l1"] if h["train"] else None,
+                      "train_kl": h["train"][-1].get("kl") if h["train"] else None,
+                      "val_l1": h["val"][-1]["l1"] if h["val"] else None},
+            "torch": torch.__version__,
+        }
+
+
+def _check_out_dir(out: Path, policy_config: PolicyConfig) -> None:
+    """When resuming, refuse to overwrite a finished checkpoint of another config."""
+    if not (out / "config.json").is_file() or find_train_state(out) is not None:
+        return
+    hint = "use another --out, or --no-resume to overwrite it"
+    try:
+        existing = read_config(out)
+    except CheckpointError as exc:
+        raise TrainingError(f"{out} holds a damaged checkpoint ({exc}); {hint}") from None
+    diffs = existing.differences(policy_config)
+    if diffs:
+        raise TrainingError(f"{out} holds a checkpoint of another policy config "
+                            f"({describe_differences(diffs)}); {hint}")
+
+
+def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainConfig,
+          out_dir: str | os.PathLike, *, resume: bool = True, progress: bool = True,
+          data_info: Mapping[str, Any] | None = None, stop_after: int | None = None
+          ) -> dict[str, Any]:
+    """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
+
+    resume: continue from out_dir/train_state when there is one (refused when the configs
+    or the data differ); False starts over. stop_after: stop after this many steps of this
+    call, keeping train_state but writing no final checkpoint (a time slice; the next call
+    resumes). data_info: extra facts for metrics.json's "data" (e.g. skipped bags). Ctrl-C
+    saves the state of the last finished step and re-raises KeyboardInterrupt.
+
+    At the end: save_checkpoint (model.safetensors, config.json, normalization.json,
+    metrics.json), loss_curves.png. -> the metrics dict.
+    Raises TrainingError for unusable inputs, and for a non-finite loss or gradient
+    (training stops; the last good train_state is kept).
+    """
+    cfg, tcfg, out = policy_config, train_config, Path(out_dir)
+    episodes = list(episodes)
+    if not episodes:
+        raise TrainingError("no episodes to train on")
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"stop_after={stop_after} must be >= 1")
+    if tcfg.warmup_steps >= tcfg.steps:
+        logger.warning("warmup_steps=%d >= steps=%d: the learning rate never reaches lr=%g",
+                       tcfg.warmup_steps, tcfg.steps, tcfg.lr)
+    train_ids, val_ids = split_episodes(len(episodes), tcfg.val_fraction, tcfg.seed)
+    fingerprint = data_fingerprint(episodes)
+
+    saved = None
+    state_path = find_train_state(out)
+    if resume:
+        _check_out_dir(out, cfg)
+        if state_path is not None:
+            saved = load_train_state(state_path)
+            check_resumable(saved, cfg, tcfg.to_dict(), fingerprint)
+    elif state_path is not None:
+        logger.info("not resuming: removing the training state in %s", state_path)
+        remove_train_state(out)
+
+    try:
+        train_eps = [episodes[i] for i in train_ids]
+        normalizer = (Normalizer.from_dict(saved.state["normalization"]) if saved
+                      else fit_normalizer(train_eps))
+        train_set = ChunkDataset(train_eps, cfg, normalizer)
+        val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer) if val_ids else None
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from None
+
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]), _torch_threads(tcfg.threads):
+        trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint)
+        if saved is not None:
+            trainer.restore(saved)
+        end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)
+        try:
+            trainer.run(end, progress)
+        except _NonFinite as exc:
+            kept = find_train_state(out)
+            raise TrainingError(
+                f"non-finite {'gradient' if 'grad_norm' in exc.values else 'loss'} at step "
+                f"{exc.step} ({exc.values}); training stopped. "
+                + (f"The last good training state (step {saved_step(kept)}) is kept in {kept}"
+                   if kept else "No training state was saved yet")
+                + "; try a lower lr or check the data") from None
+        metrics = trainer.metrics(episodes, data_info)
+        if trainer.step < tcfg.steps:
+            logger.info("stopped at step %d of %d; the next run resumes from %s",
+                        trainer.step, tcfg.steps, out / STATE_DIR)
+            return metrics
+        save_checkpoint(out, trainer.model, normalizer, metrics)
+        plot_losses(trainer.history, out / CURVES_FILE,
+                    f"{out.name}: {trainer.step} steps, {len(train_set)} training frames")
+        return metrics

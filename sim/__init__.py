@@ -1,0 +1,14 @@
+"""PyBullet simulation of a Franka Panda pick-and-place task (no ROS).
+
+Public API (see the contract): SimConfig, CameraConfig, ArmEnv, ObjectState,
+JointStateArrays, ScriptedExpert, ExpertConfig; sim.rollout holds the episode loop.
+"""
+
+from sim.config import COLOURS, CameraConfig, SimConfig
+from sim.env import ArmEnv
+from sim.expert import ExpertConfig, ScriptedExpert, Waypoint, WaypointKind
+from sim.robot import JOINT_NAMES, JointStateArrays
+from sim.task import ObjectState
+
+__all__ = ["COLOURS", "JOINT_NAMES", "ArmEnv", "CameraConfig", "ExpertConfig", "JointStateArrays",
+           "ObjectState", "ScriptedExpert", "SimConfig", "Waypoint", "WaypointKind"]

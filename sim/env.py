@@ -1,0 +1,178 @@
+"""`ArmEnv`: the Panda pick-and-place world behind the contract's sim API.
+
+Layering (STYLE.md #9): backend (pybullet) -> robot / task / cameras -> this env. Each env
+owns one BulletClient, so several envs can live in one process. Every reset empties and
+rebuilds the world and draws everything from np.random.default_rng(seed): the same seed and
+the same commands give bit-identical joint states and images.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from sim.backend import Backend
+from sim.camera import Camera, intrinsics
+from sim.config import SimConfig
+from sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
+from sim.task import ObjectState, PickPlaceTask
+
+logger = logging.getLogger(__name__)
+
+STATUSES = ("running", "success", "failure", "timeout")
+
+
+class ArmEnv:
+    """Franka Panda, table, open box and 2-6 coloured blocks; two cameras by default."""
+
+    def __init__(self, config: SimConfig | None = None, gui: bool = False) -> None:
+        self.config = config if config is not None else SimConfig()
+        self._backend = Backend(gui=gui)
+        self._robot: Panda | None = None
+        self._task: PickPlaceTask | None = None
+        self._cameras: dict[str, Camera] = {}
+        self.seed: int | None = None
+        self.n_blocks = 0
+        self.tick = 0
+        self._status = "running"
+
+    # --- episode -----------------------------------------------------------------------
+    def reset(self, seed: int, n_blocks: int = 3) -> None:
+        """Start an episode: rebuild the world and sample the layout from `seed`."""
+        lo, hi = self.config.n_blocks_range
+        if not lo <= n_blocks <= hi:
+            raise ValueError(f"n_blocks={n_blocks} must be in [{lo}, {hi}] (SimConfig.n_blocks_range)")
+        seed = int(seed)
+        if seed < 0:
+            raise ValueError(f"seed={seed} must be >= 0")
+        rng = np.random.default_rng(seed)
+        cfg = self.config
+        self._backend.reset_world(cfg.physics_dt, cfg.solver_iterations)
+        self._robot = Panda(self._backend, collision_visuals=cfg.render_collision_meshes)
+        self._task = PickPlaceTask(self._backend, cfg)
+        self._task.reset(rng, n_blocks)
+        home = HOME.copy()
+        if cfg.initial_joint_noise > 0:
+            home[:7] += rng.normal(0.0, cfg.initial_joint_noise, size=7)
+        self._robot.reset(home)
+        robot = self._robot
+        self._cameras = {}
+        for cam in cfg.cameras:
+            pose = None
+            if cam.mount == "link":
+                if cam.link not in robot.links:
+                    raise ValueError(f"camera {cam.name!r}: link {cam.link!r} is not a Panda link "
+                                     f"({sorted(robot.links)})")
+                link = robot.links[cam.link]
+                pose = (lambda link=link: self._backend.link_pose(robot.body, link))
+            self._cameras[cam.name] = Camera(self._backend, cam, pose)
+        self.seed, self.n_blocks, self.tick = seed, n_blocks, 0
+        self._status = "running"
+        logger.debug("reset seed=%d n_blocks=%d: %s", seed, n_blocks, self.instruction)
+
+    def _require(self) -> tuple[Panda, PickPlaceTask]:
+        if self._backend.closed:
+            raise RuntimeError("env is closed")
+        if self._robot is None or self._task is None:
+            raise RuntimeError("call reset(seed, n_blocks) first")
+        return self._robot, self._task
+
+    @property
+    def time(self) -> float:
+        """Simulated seconds since reset."""
+        return self.tick * self.config.control_dt
+
+    @property
+    def instruction(self) -> str:
+        return self._require()[1].instruction
+
+    @property
+    def target_colour(self) -> str:
+        return self._require()[1].target_colour
+
+    # --- control -----------------------------------------------------------------------
+    def apply_command(self, arm: np.ndarray, gripper: float) -> None:
+        """Joint-position targets: arm (7,) rad, gripper opening (m, per finger, 0..0.04).
+
+        Raises ValueError for a wrong length or non-finite values (never applied, as
+        forward_command_controller does); out-of-limit values are clamped to the limits."""
+        robot, _ = self._require()
+        arm_arr = np.asarray(arm, dtype=np.float64).reshape(-1)
+        if arm_arr.shape != (7,):
+            raise ValueError(f"arm command has {arm_arr.size} values, expected 7")
+        grip = np.asarray(gripper, dtype=np.float64).reshape(-1)
+        if grip.shape != (1,):
+            raise ValueError(f"gripper command has {grip.size} values, expected 1")
+        if not (np.all(np.isfinite(arm_arr)) and np.isfinite(grip[0])):
+            raise ValueError(f"command has non-finite values: arm={arm_arr.tolist()} gripper={grip[0]}")
+        robot.command(arm_arr, float(grip[0]))
+
+    def step(self) -> None:
+        """Advance one control period (physics_substeps physics steps)."""
+        self._require()
+        self._backend.step(self.config.physics_substeps)
+        self.tick += 1
+
+    # --- observation -------------------------------------------------------------------
+    def joint_state(self) -> JointStateArrays:
+        return self._require()[0].joint_state()
+
+    def render(self) -> dict[str, np.ndarray]:
+        """{camera name: (H, W, 3) uint8 RGB}, fresh arrays, in config order."""
+        self._require()
+        return {name: cam.render() for name, cam in self._cameras.items()}
+
+    def camera_intrinsics(self, name: str) -> np.ndarray:
+        """K (3,3) of camera `name` (PyBullet vertical-fov projection, square pixels)."""
+        return intrinsics(self.config.camera(name))  # KeyError lists the known names
+
+    def camera(self, name: str) -> Camera:
+        """The live `Camera` (pose, projection of world points); valid until the next reset."""
+        self._require()
+        if name not in self._cameras:
+            raise KeyError(f"no camera {name!r}; cameras are {list(self._cameras)}")
+        return self._cameras[name]
+
+    def objects(self) -> list[ObjectState]:
+        """Blocks (sampling order) then the box, from physics state."""
+        return self._require()[1].objects()
+
+    def gripper_opening(self) -> float:
+        return self._require()[0].gripper_opening()
+
+    def status(self) -> str:
+        """"running" | "success" | "failure" | "timeout" (ARCHITECTURE.md "The task").
+
+        A terminal status is sticky until the next reset."""
+        robot, task = self._require()
+        if self._status != "running":
+            return self._status
+        status = task.status(robot.gripper_opening())
+        if status == "running" and self.time >= self.config.episode_time_limit - 1e-9:
+            status = "timeout"
+        self._status = status
+        return status
+
+    # --- test helpers ------------------------------------------------------------------
+    def place_block(self, colour: str, position: np.ndarray, yaw: float = 0.0) -> None:
+        """Teleport a block (constructed states in tests)."""
+        self._require()[1].place_block(colour, position, yaw)
+
+    def set_gripper(self, opening: float) -> None:
+        """Teleport the fingers to an opening and hold it (constructed states in tests)."""
+        robot, _ = self._require()
+        q = robot.target
+        q[7:] = np.clip(opening, 0.0, GRIPPER_MAX)
+        robot.reset(q)
+
+    def close(self) -> None:
+        """Release the physics client; idempotent."""
+        self._backend.close()
+        self._robot, self._task, self._cameras = None, None, {}
+
+    def __enter__(self) -> "ArmEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,400 @@
+"""Scripted pick-and-place expert: typed waypoints, min-jerk Cartesian motion, IK per tick.
+
+The expert runs from published data alone (instruction, joint positions, object poses): it
+owns a private PyBullet DIRECT client with only the Panda loaded, for forward and inverse
+kinematics. Each waypoint is a target pose of the grasp point (panda_grasptarget, between
+the fingertips) with a yaw, a gripper opening, a duration and a tolerance. Between
+waypoints the grasp point follows a minimum-jerk profile (Flash & Hogan 1985) in Cartesian
+space and IK turns each 50 Hz sample into 7 joint targets, seeded from the previous
+solution so consecutive solutions stay on one branch. Grasps are top-down with the fingers
+closing across two faces of the block (yaw aligned to the block, modulo 90 degrees).
+
+Recovery: a missed grasp (fingers closed on nothing) or a block dropped on the way re-plans
+from ABOVE_BLOCK with the block's latest pose. With ExpertConfig.perturb_prob > 0 the
+expert now and then injects a joint-space offset or a pause and then re-plans from the
+measured pose: demonstrations of recovering from off-nominal states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import re
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
+from sim.robot import GRIPPER_MAX, HOME, Panda
+from sim.task import BOX_WALL, ObjectState
+
+logger = logging.getLogger(__name__)
+
+TOP_DOWN = np.array([1.0, 0.0, 0.0, 0.0])
+"""Quaternion (xyzw) of a rotation by pi about x: the hand's z axis (the gripper) points
+down. Composed with a yaw about world z; at yaw 0 the fingers close along world y."""
+_PERTURBABLE = frozenset({"above_block", "descend", "lift", "above_box", "lower"})
+_INSTRUCTION = re.compile(r"put the (\w+) block in the box")
+
+
+class WaypointKind(enum.Enum):
+    ABOVE_BLOCK = "above_block"
+    DESCEND = "descend"
+    GRASP = "grasp"
+    LIFT = "lift"
+    ABOVE_BOX = "above_box"
+    LOWER = "lower"
+    RELEASE = "release"
+    RETREAT = "retreat"
+
+
+@dataclass(frozen=True)
+class Waypoint:
+    """Target of one motion segment: grasp-point position (3,) m, hand yaw (rad; NaN keeps
+    the yaw the segment starts with), gripper opening (m per finger). The segment lasts
+    `duration` s (min-jerk; 0 means "from the distance at the start"), then holds until the
+    measured grasp point is within `tolerance` m of `position` (None: no check), at most
+    `max_wait` s more."""
+
+    kind: WaypointKind
+    position: np.ndarray
+    yaw: float
+    gripper: float
+    duration: float
+    tolerance: float | None = 0.01
+    max_wait: float = 1.0
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """Scripted expert parameters (metres, seconds, radians)."""
+
+    speed: float = 0.35
+    """Average Cartesian speed of a segment (peak is 1.875x for min-jerk)."""
+    min_duration: float = 0.5
+    approach_height: float = 0.13
+    """Grasp-point height above the block centre before descending."""
+    carry_height: float = 0.20
+    """Grasp-point height while carrying (block bottom well above the 6 cm box rim)."""
+    grasp_depth: float = 0.0
+    """Grasp point relative to the block centre (fingertips are ~7 mm below it)."""
+    release_clearance: float = 0.015
+    """Gap between block bottom and box floor at release."""
+    grasp_time: float = 0.5
+    release_time: float = 0.4
+    retreat_height: float = 0.22
+    max_retries: int = 4
+    ik_iterations: int = 3
+    perturb_prob: float = 0.0
+    """Probability, at the start of each waypoint, of a perturbation (offset or pause)."""
+    perturb_joint_std: float = 0.08
+    perturb_duration: tuple[float, float] = (0.3, 0.8)
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0 or self.min_duration <= 0:
+            raise ValueError(f"speed={self.speed} and min_duration={self.min_duration} must be > 0")
+        if not 0.0 <= self.perturb_prob <= 1.0:
+            raise ValueError(f"perturb_prob={self.perturb_prob} must be in [0, 1]")
+        lo, hi = self.perturb_duration
+        if not 0 < lo <= hi:
+            raise ValueError(f"perturb_duration={self.perturb_duration} must satisfy 0 < lo <= hi")
+        if self.perturb_joint_std < 0:
+            raise ValueError(f"perturb_joint_std={self.perturb_joint_std} must be >= 0")
+        if self.max_retries < 0 or self.ik_iterations < 1:
+            raise ValueError(f"max_retries={self.max_retries} >= 0 and ik_iterations={self.ik_iterations} >= 1 required")
+        if self.carry_height < self.approach_height:
+            raise ValueError(f"carry_height={self.carry_height} must be >= approach_height={self.approach_height}")
+
+
+def min_jerk(s: float) -> float:
+    """Minimum-jerk time scaling 10s^3 - 15s^4 + 6s^5 of s in [0, 1]."""
+    s = min(max(s, 0.0), 1.0)
+    return s * s * s * (10.0 + s * (-15.0 + 6.0 * s))
+
+
+def wrap(angle: float) -> float:
+    return (angle + math.pi) % (2 * math.pi) - math.pi
+
+
+def face_yaw(orientation: np.ndarray) -> float:
+    """Yaw (rad) of a horizontal face normal of a cube resting on any face: of the cube's
+    three axes, the most vertical one is skipped and the next one's heading is returned
+    (a block knocked onto its side still gets a correct grasp yaw)."""
+    rot = quat_to_matrix(orientation)
+    vertical = int(np.argmax(np.abs(rot[2])))
+    axis = rot[:, (vertical + 1) % 3]
+    return float(np.arctan2(axis[1], axis[0]))
+
+
+def grasp_yaw(block_yaw: float, neutral: float = 0.0) -> float:
+    """Hand yaw aligned with the block's faces (cube: 90-degree symmetric), nearest `neutral`
+    so the wrist (joint 7) stays far from its limits."""
+    return neutral + wrap(4 * (block_yaw - neutral)) / 4
+
+
+@dataclass
+class _Segment:
+    waypoint: Waypoint
+    start_time: float
+    start_pos: np.ndarray
+    start_yaw: float
+
+
+@dataclass
+class _Perturbation:
+    start_time: float
+    duration: float
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(7))
+
+
+class ScriptedExpert:
+    """Waypoint expert. reset(instruction, objects, joint_position (9,)), then
+    act(t, joint_position (9,), objects | None) -> (arm targets (7,), gripper opening)."""
+
+    def __init__(self, config: ExpertConfig | None = None, rng: np.random.Generator | None = None) -> None:
+        self.config = config if config is not None else ExpertConfig()
+        # rng only drives the optional perturbations; without it none are injected.
+        self._rng = rng
+        self._backend = Backend(gui=False)
+        # Close the private client even if the owner forgets close() (e.g. a node torn down).
+        self._finalizer = weakref.finalize(self, self._backend.close)
+        self._backend.reset_world(1.0 / 250, 10)
+        self._arm = Panda(self._backend, collision_visuals=True)
+        self._plan: list[Waypoint] = []
+        self._segment: _Segment | None = None
+        self._perturb: _Perturbation | None = None
+        self._q = HOME.copy()
+        self._colour = ""
+        self._block: ObjectState | None = None
+        self._box: ObjectState | None = None
+        self._retries = 0
+        self._gripper = GRIPPER_MAX
+        self.done = False
+
+    def close(self) -> None:
+        """Release the private IK client; idempotent."""
+        self._finalizer()
+
+    # --- kinematics --------------------------------------------------------------------
+    def _fk(self, q: np.ndarray) -> tuple[np.ndarray, float]:
+        """Grasp-point position (3,) and hand yaw for joint positions (9,)."""
+        self._backend.reset_joints(self._arm.body, self._arm.joint_ids, q)
+        pos, orn = self._backend.link_pose(self._arm.body, self._arm.grasp_link)
+        # The hand points down: its yaw is the world-z rotation of orn * TOP_DOWN^-1.
+        return pos, yaw_of(quat_multiply(orn, TOP_DOWN))
+
+    def _ik(self, pos: np.ndarray, yaw: float) -> np.ndarray:
+        """Arm joints (7,) reaching grasp pose (pos, yaw), seeded from the last solution."""
+        arm, b = self._arm, self._backend
+        orn = quat_multiply(quat_from_yaw(yaw), TOP_DOWN)
+        q = self._q.copy()
+        for _ in range(self.config.ik_iterations):
+            b.reset_joints(arm.body, arm.joint_ids, q)
+            sol = b.inverse_kinematics(arm.body, arm.grasp_link, pos, orn, arm.lower, arm.upper, HOME)
+            q[:7] = np.clip(sol[:7], arm.lower[:7], arm.upper[:7])
+        self._q = q
+        return q[:7].copy()
+
+    # --- planning ----------------------------------------------------------------------
+    def reset(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray) -> None:
+        match = _INSTRUCTION.fullmatch(instruction.strip())
+        if match is None:
+            raise ValueError(f"instruction {instruction!r} is not 'put the <colour> block in the box'")
+        self._colour = match.group(1)
+        self._block = self._box = None
+        self._update_objects(objects)
+        if self._block is None or self._box is None:
+            raise ValueError(f"objects {[o.name for o in objects]} lack block_{self._colour} or the box")
+        self._q = np.asarray(joint_position, dtype=np.float64).copy()
+        self._retries = 0
+        self._perturb = None
+        self._gripper = float(np.mean(joint_position[7:9]))
+        self.done = False
+        self._plan = self._pick_plan() + self._place_plan()
+        self._segment = None
+
+    def _update_objects(self, objects: list[ObjectState] | None) -> None:
+        for obj in objects or ():
+            if obj.kind == "box":
+                self._box = obj
+            elif obj.name == f"block_{self._colour}":
+                self._block = obj
+
+    def _duration(self, a: np.ndarray, b: np.ndarray) -> float:
+        return max(self.config.min_duration, float(np.linalg.norm(b - a)) / self.config.speed)
+
+    def _pick_plan(self) -> list[Waypoint]:
+        """ABOVE_BLOCK, DESCEND, GRASP, LIFT for the block's latest pose (durations of the
+        first segment are fixed when it starts, from the actual start pose)."""
+        c, blk = self.config, self._block
+        assert blk is not None
+        yaw = grasp_yaw(face_yaw(blk.orientation))
+        grasp = blk.position + np.array([0.0, 0.0, c.grasp_depth])
+        above = grasp + np.array([0.0, 0.0, c.approach_height])
+        lift = np.array([grasp[0], grasp[1], c.carry_height])
+        K = WaypointKind
+        return [
+            Waypoint(K.ABOVE_BLOCK, above, yaw, GRIPPER_MAX, 0.0, tolerance=0.01),
+            Waypoint(K.DESCEND, grasp, yaw, GRIPPER_MAX, self._duration(above, grasp), tolerance=0.006),
+            Waypoint(K.GRASP, grasp, yaw, 0.0, c.grasp_time, tolerance=None),
+            Waypoint(K.LIFT, lift, yaw, 0.0, self._duration(grasp, lift), tolerance=0.02),
+        ]
+
+    def _place_plan(self) -> list[Waypoint]:
+        c, box = self.config, self._box
+        assert box is not None and self._block is not None
+        above = np.array([box.position[0], box.position[1], c.carry_height])
+        # Grasp point at the held block's centre: block bottom release_clearance above the floor.
+        size = float(self._block.size[2])
+        low = np.array([box.position[0], box.position[1],
+                        box.position[2] + BOX_WALL + c.release_clearance + size / 2 + c.grasp_depth])
+        retreat = np.array([box.position[0], box.position[1], c.retreat_height])
+        K = WaypointKind
+        return [
+            Waypoint(K.ABOVE_BOX, above, math.nan, 0.0, 0.0, tolerance=0.02),
+            Waypoint(K.LOWER, low, math.nan, 0.0, self._duration(above, low), tolerance=0.01),
+            Waypoint(K.RELEASE, low, math.nan, GRIPPER_MAX, c.release_time, tolerance=None),
+            Waypoint(K.RETREAT, retreat, math.nan, GRIPPER_MAX, self._duration(low, retreat),
+                     tolerance=None),
+        ]
+
+    @property
+    def waypoint(self) -> Waypoint | None:
+        """The waypoint being executed (None before the first act; the last one when done)."""
+        return None if self._segment is None else self._segment.waypoint
+
+    def _start_segment(self, t: float, joint_position: np.ndarray, from_measured: bool) -> None:
+        wp = self._plan.pop(0)
+        if wp.kind is WaypointKind.ABOVE_BLOCK:
+            # Targets from the block's pose now, not when planned: it may have been nudged.
+            fresh = self._pick_plan()
+            wp, self._plan[:3] = fresh[0], fresh[1:]
+        if from_measured or self._segment is None:
+            pos, yaw = self._fk(joint_position)
+            self._q[:7] = joint_position[:7]
+        else:  # continue from the previous target: no jump from tracking lag
+            pos, yaw = self._segment.waypoint.position.copy(), self._segment.waypoint.yaw
+        if math.isnan(wp.yaw):  # keep the current yaw (carrying, releasing, retreating)
+            wp = dataclasses.replace(wp, yaw=yaw)
+        if wp.duration == 0.0:  # free-space moves: duration from the actual distance
+            wp = dataclasses.replace(wp, duration=self._duration(pos, wp.position))
+        self._segment = _Segment(wp, t, pos, yaw)
+        self._maybe_perturb(t)
+
+    def _maybe_perturb(self, t: float) -> None:
+        c = self.config
+        if self._rng is None or c.perturb_prob <= 0:
+            return
+        if self._segment is None or self._segment.waypoint.kind.value not in _PERTURBABLE:
+            return
+        if self._rng.random() >= c.perturb_prob:
+            return
+        duration = float(self._rng.uniform(*c.perturb_duration))
+        offset = np.zeros(7)
+        if self._rng.random() < 0.5:  # joint-space offset; otherwise a pause
+            offset = self._rng.normal(0.0, c.perturb_joint_std, size=7)
+        self._perturb = _Perturbation(t, duration, offset)
+
+    # --- acting ------------------------------------------------------------------------
+    def act(self, t: float, joint_position: np.ndarray, objects: list[ObjectState] | None = None
+            ) -> tuple[np.ndarray, float]:
+        """Arm joint targets (7,) and gripper opening (m) for time t (s since reset)."""
+        q_meas = np.asarray(joint_position, dtype=np.float64)
+        if q_meas.shape != (9,):
+            raise ValueError(f"joint_position has shape {q_meas.shape}, expected (9,)")
+        self._update_objects(objects)
+        if self._perturb is not None:
+            return self._act_perturbed(t, q_meas)
+        if self._segment is None:
+            self._start_segment(t, q_meas, from_measured=True)
+            if self._perturb is not None:
+                return self._act_perturbed(t, q_meas)
+        seg = self._segment
+        assert seg is not None
+        if self._segment_finished(t, q_meas):
+            self._on_segment_end(t, q_meas, objects)
+            seg = self._segment
+            assert seg is not None
+            if self._perturb is not None:
+                return self._act_perturbed(t, q_meas)
+        wp = seg.waypoint
+        a = min_jerk((t - seg.start_time) / wp.duration)
+        pos = seg.start_pos + a * (wp.position - seg.start_pos)
+        yaw = seg.start_yaw + a * wrap(wp.yaw - seg.start_yaw)
+        self._gripper = wp.gripper
+        return self._ik(pos, yaw), wp.gripper
+
+    def _act_perturbed(self, t: float, q_meas: np.ndarray) -> tuple[np.ndarray, float]:
+        """During a perturbation hold still (pause) or ramp to a joint offset, gripper as last
+        commanded; afterwards re-plan the interrupted segment from the measured pose."""
+        pert, seg = self._perturb, self._segment
+        assert pert is not None and seg is not None
+        if t - pert.start_time < pert.duration:
+            a = min_jerk((t - pert.start_time) / (0.5 * pert.duration))
+            arm = np.clip(self._q[:7] + a * pert.offset, self._arm.lower[:7], self._arm.upper[:7])
+            return arm, self._gripper
+        self._perturb = None
+        self._plan.insert(0, seg.waypoint)
+        rng, self._rng = self._rng, None  # no perturbation right after one
+        self._start_segment(t, q_meas, from_measured=True)
+        self._rng = rng
+        return self.act(t, q_meas)
+
+    def _segment_finished(self, t: float, q_meas: np.ndarray) -> bool:
+        seg = self._segment
+        assert seg is not None
+        wp = seg.waypoint
+        elapsed = t - seg.start_time
+        if elapsed < wp.duration:
+            return False
+        if wp.tolerance is None or elapsed >= wp.duration + wp.max_wait:
+            return True
+        pos, _ = self._fk(q_meas)
+        return float(np.linalg.norm(pos - wp.position)) <= wp.tolerance
+
+    def _holding(self, q_meas: np.ndarray) -> bool:
+        """Fingers stopped by a block (a 4 cm block leaves each finger at ~0.02 m)."""
+        return float(q_meas[7:].mean()) > 0.006
+
+    def _on_segment_end(self, t: float, q_meas: np.ndarray, objects: list[ObjectState] | None) -> None:
+        kind = self._segment.waypoint.kind  # type: ignore[union-attr]
+        K = WaypointKind
+        carrying = kind in (K.LIFT, K.ABOVE_BOX, K.LOWER)
+        in_hand = True
+        if carrying and self._block is not None and objects is not None:
+            # With ground truth: the block is between the fingertips, not left behind.
+            grasp_point, _ = self._fk(q_meas)
+            in_hand = float(np.linalg.norm(self._block.position - grasp_point)) < 0.03
+        if carrying and not (self._holding(q_meas) and in_hand):
+            self._replan(t, q_meas, f"grasp lost after {kind.value}")
+            return
+        if not self._plan:
+            if self._block is not None and objects is not None and not self._in_box():
+                self._replan(t, q_meas, "block not in the box after release")
+                return
+            self.done = True
+            self._plan = [self._segment.waypoint]  # type: ignore[union-attr]  # hold the last pose
+        self._start_segment(t, q_meas, from_measured=False)
+
+    def _in_box(self) -> bool:
+        blk, box = self._block, self._box
+        assert blk is not None and box is not None
+        half = (box.size[0] - 2 * BOX_WALL) / 2
+        return bool(np.all(np.abs(blk.position[:2] - box.position[:2]) <= half))
+
+    def _replan(self, t: float, q_meas: np.ndarray, reason: str) -> None:
+        self._retries += 1
+        if self._retries > self.config.max_retries:
+            logger.info("expert: %s; no retries left, holding", reason)
+            self._plan = [self._segment.waypoint]  # type: ignore[union-attr]
+            self.done = True
+        else:
+            logger.info("expert: %s; re-planning (retry %d)", reason, self._retries)
+            pos, _ = self._fk(q_meas)
+            up = Waypoint(WaypointKind.RETREAT, np.array([pos[0], pos[1], max(pos[2], self.config.carry_height)]),
+                          math.nan, GRIPPER_MAX, 0.0, tolerance=None)
+            self._plan = [up] + self._pick_plan() + self._place_plan()
+        self._start_segment(t, q_meas, from_measured=True)

@@ -1,0 +1,169 @@
+"""bag_recorder over real DDS on a private context: sim-time stamps, offered QoS, type
+hashes, episode seeds, discovery of unknown types; as a process: SIGTERM gives a complete
+bag, SIGKILL a bag that repair() makes readable up to the last flush."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from builtin_interfaces.msg import Time
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosbags.highlevel import AnyReader
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float64MultiArray, Header, String
+
+from arm_act.bag_recorder import BagRecorder
+from arm_act.bagio import BagError, bag_info, read_bag, repair
+from tests.conftest import spin_until
+
+ROOT = Path(__file__).resolve().parents[1]
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def _stamp(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def _episode(state: str) -> String:
+    return String(data=json.dumps({"episode": 0, "seed": 42, "n_blocks": 3, "state": state,
+                                   "instruction": "put the red block in the box", "time": 1.5}))
+
+
+def test_recorder_stamps_sim_time_and_records_offered_qos(ros_context, tmp_path):
+    bag = tmp_path / "bag"
+    recorder = BagRecorder(context=ros_context, parameter_overrides=[
+        Parameter("use_sim_time", value=True), Parameter("bag_path", value=str(bag)),
+        Parameter("topics", value=["/clock", "joint_states", "camera/front/image_raw", "episode",
+                                   "arm_controller/commands", "extra"]),
+        Parameter("flush_interval", value=0.2), Parameter("discovery_interval", value=0.1)])
+    source = Node("source", context=ros_context)
+    clock_pub = source.create_publisher(Clock, "/clock", 10)
+    joints_pub = source.create_publisher(JointState, "joint_states", 10)
+    image_pub = source.create_publisher(Image, "camera/front/image_raw", 10)
+    episode_pub = source.create_publisher(String, "episode", LATCHED)
+    command_pub = source.create_publisher(Float64MultiArray, "arm_controller/commands", 10)
+    extra_pub = source.create_publisher(Bool, "extra", 10)  # a type the recorder must discover
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(recorder)
+    executor.add_node(source)
+    try:
+        episode_pub.publish(_episode("running"))  # before the recorder matched: latched
+        assert spin_until(executor, lambda: all(p.get_subscription_count() > 0 for p in (
+            joints_pub, image_pub, episode_pub, command_pub, extra_pub)) and clock_pub.get_subscription_count() >= 2,
+            timeout=20)
+        stamps = []
+        for k in range(1, 6):
+            t = 10_000_000_000 + k * 20_000_000
+            stamps.append(t)
+            clock_pub.publish(Clock(clock=_stamp(t)))
+            assert spin_until(executor, lambda: recorder.get_clock().now().nanoseconds == t, timeout=10)
+            count = recorder.writer.message_count
+            joints_pub.publish(JointState(header=Header(stamp=_stamp(t)), name=["a"], position=[float(k)]))
+            command_pub.publish(Float64MultiArray(data=[float(k)] * 7))
+            extra_pub.publish(Bool(data=True))
+            if k == 3:
+                image_pub.publish(Image(header=Header(stamp=_stamp(t)), height=1, width=1, encoding="rgb8",
+                                        step=3, data=[1, 2, 3]))
+            expected = count + 3 + (k == 3)
+            assert spin_until(executor, lambda: recorder.writer.message_count >= expected, timeout=10)
+        episode_pub.publish(_episode("success"))
+        assert spin_until(executor, lambda: recorder.episodes.get(0, {}).get("state") == "success", timeout=10)
+        hashes = {t: source.get_publishers_info_by_topic(t)[0].topic_type_hash
+                  for t in ("/joint_states", "/episode", "/extra")}
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        source.destroy_node()
+        executor.shutdown()
+
+    info = bag_info(bag)
+    assert info.complete
+    messages = list(read_bag(bag))
+    by_topic = lambda name: [(m.timestamp_ns, m.msg) for m in messages if m.topic == name]  # noqa: E731
+    assert [t for t, _ in by_topic("/joint_states")] == stamps  # sim time of receipt
+    assert [t for t, _ in by_topic("/arm_controller/commands")] == stamps
+    assert [m.data[0] for _, m in by_topic("/arm_controller/commands")] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(by_topic("/extra")) >= 4 and info.topics["/extra"].msgtype == "std_msgs/msg/Bool"
+    assert [t for t, _ in by_topic("/camera/front/image_raw")] == [stamps[2]]
+    assert [json.loads(m.data)["state"] for _, m in by_topic("/episode")] == ["running", "success"]
+
+    meta = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    topics = {t["topic_metadata"]["name"]: t["topic_metadata"] for t in meta["topics_with_message_count"]}
+    for topic, live_hash in hashes.items():
+        assert topics[topic]["type_description_hash"] == str(live_hash)
+    # What the publishers offered, not what the recorder asked for (best effort for sensors).
+    assert topics["/joint_states"]["offered_qos_profiles"][0]["reliability"] == "reliable"
+    assert topics["/episode"]["offered_qos_profiles"][0]["durability"] == "transient_local"
+    assert json.loads(meta["custom_data"]["episode_seeds"]) == [42]
+    (episode,) = json.loads(meta["custom_data"]["episodes"])
+    assert episode["state"] == "success" and episode["n_blocks"] == 3
+    assert meta["custom_data"]["arm_act_version"]
+
+
+def test_recorder_refuses_an_existing_bag_path(ros_context, tmp_path):
+    with pytest.raises(BagError, match="exists already"):
+        BagRecorder(context=ros_context, parameter_overrides=[Parameter("bag_path", value=str(tmp_path))])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_recorder_process_survives_signals(ros_context, tmp_path, sig):
+    bag = tmp_path / "bag"
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_context.get_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+               PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arm_act.bag_recorder", "--ros-args", "-p", f"bag_path:={bag}",
+         "-p", "topics:=[/clock, arm_controller/commands]", "-p", "flush_interval:=0.1"],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    source = Node("source", context=ros_context)
+    clock_pub = source.create_publisher(Clock, "/clock", 10)
+    command_pub = source.create_publisher(Float64MultiArray, "arm_controller/commands", 100)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(source)
+    try:
+        assert spin_until(executor, lambda: command_pub.get_subscription_count() > 0
+                          and clock_pub.get_subscription_count() >= 2, timeout=30)
+
+        def flushed(topic: str) -> int:
+            try:
+                return sum(m.topic == topic for m in read_bag(bag, allow_incomplete=True))
+            except BagError:  # the recorder has not created the bag yet
+                return 0
+
+        # Once a /clock message is in the bag, the recorder's node clock runs on sim time. (The
+        # publisher may see the match before the recorder's reader does: publish until then.)
+        def clock_recorded() -> bool:
+            clock_pub.publish(Clock(clock=_stamp(5_000_000_000)))
+            return flushed("/clock") > 0
+
+        assert spin_until(executor, clock_recorded, timeout=20, step=0.1)
+        for i in range(20):
+            clock_pub.publish(Clock(clock=_stamp(5_000_000_000 + i * 20_000_000)))
+            command_pub.publish(Float64MultiArray(data=[float(i)] * 7))
+        assert spin_until(executor, lambda: flushed("/arm_controller/commands") == 20, timeout=20, step=0.1)
+    finally:
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=30)[0].decode()
+        source.destroy_node()
+        executor.shutdown()
+
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 0, output
+        assert bag_info(bag).complete
+    else:
+        with pytest.raises(BagError, match="incomplete bag"):
+            read_bag(bag)
+        assert not repair(bag).complete
+    with AnyReader([bag]) as reader:
+        commands = [t for c, t, _ in reader.messages() if c.topic == "/arm_controller/commands"]
+    assert len(commands) == 20
+    assert all(5_000_000_000 <= t < 6_000_000_000 for t in commands)  # sim time, not wall time

@@ -1,0 +1,203 @@
+"""Bags -> training arrays: alignment of frames with future commands, validation of bad
+bags, the decoded-array cache, and the chunk samples built from the arrays."""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from arm_act import dataset as ds
+from arm_act.bagio import BagWriter, live_topic_specs
+from arm_act.dataset import DatasetError, extract_episode, find_bags, load_dataset
+from policy.config import PolicyConfig
+from policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
+from synthetic_bags import (
+    arm_command,
+    gripper_command,
+    image_msg,
+    joint_position,
+    pixel,
+    write_demo_bag,
+)
+
+TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
+            decoder_layers=1, chunk_size=10, mlp_ratio=2)
+
+
+def expected_command(k: int) -> np.ndarray:
+    return np.append(arm_command(k), gripper_command(k)).astype(np.float32)
+
+
+def test_frames_align_with_the_commands_of_their_tick(tmp_path):
+    bag = write_demo_bag(tmp_path / "ep", ticks=30, start=2.5)
+    ep = extract_episode(bag)
+    assert ep.frame_ticks.tolist() == [0, 5, 10, 15, 20, 25]  # camera every 50/10 ticks
+    assert ep.images.shape == (6, 2, 32, 32, 3) and ep.images.dtype == np.uint8
+    for i, k in enumerate(ep.frame_ticks):
+        assert (ep.images[i, 0] == pixel(k, 0)).all() and (ep.images[i, 1] == pixel(k, 1)).all()
+        np.testing.assert_allclose(ep.frame_state[i], joint_position(k), rtol=1e-6)
+    assert ep.commands.shape == (30, 8)
+    np.testing.assert_allclose(ep.commands, np.stack([expected_command(k) for k in range(30)]),
+                               rtol=1e-6)
+    assert (ep.instruction, ep.success, ep.status, ep.seed, ep.n_blocks) == (
+        "put the red block in the box", True, "success", 7, 3)
+    assert (ep.control_rate, ep.camera_rate, ep.cameras) == (50, 10, ("front", "wrist"))
+
+
+def test_chunk_samples_are_the_next_k_commands_padded_with_the_last(tmp_path):
+    ep = extract_episode(write_demo_bag(tmp_path / "ep", ticks=30))
+    config = PolicyConfig(**TINY)
+    norm = fit_normalizer([ep])
+    data = ChunkDataset([ep], config, norm)
+    assert len(data) == 6
+    batch = data.batch(torch.tensor([0, 5]))  # frames at ticks 0 and 25
+    assert batch["images"].shape == (2, 2, 3, 32, 32)
+    assert batch["action_mask"][0].all()
+    assert batch["action_mask"][1].tolist() == [True] * 5 + [False] * 5  # ticks 25..29 exist
+    actions = norm.unnormalize_action(batch["actions"].double()).numpy()
+    np.testing.assert_allclose(actions[0], [expected_command(k) for k in range(10)],
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(actions[1], [expected_command(min(k, 29)) for k in range(25, 35)],
+                               rtol=1e-5, atol=1e-6)
+    state = norm.unnormalize_state(batch["state"].double()).numpy()
+    np.testing.assert_allclose(state[1], joint_position(25), rtol=1e-5)
+    assert torch.allclose(batch["images"][1, 1], torch.full((3, 32, 32), pixel(25, 1) / 255.0))
+    assert batch["instruction_mask"][0].sum() == 7  # "put the red block in the box"
+
+
+def test_late_commands_within_half_a_period_belong_to_their_tick(tmp_path):
+    ep = extract_episode(write_demo_bag(tmp_path / "ep", ticks=10, command_delay_ns=9_000_000))
+    np.testing.assert_allclose(ep.commands[3], expected_command(3), rtol=1e-6)
+    with pytest.raises(DatasetError, match="control tick 0 .* before the first"):
+        extract_episode(write_demo_bag(tmp_path / "late", ticks=10, command_delay_ns=11_000_000))
+
+
+def test_success_falls_back_to_the_final_episode_state(tmp_path):
+    ep = extract_episode(write_demo_bag(tmp_path / "a", ticks=10, success=None,
+                                        final_state="timeout"))
+    assert (ep.success, ep.status) == (False, "timeout")
+    ep = extract_episode(write_demo_bag(tmp_path / "b", ticks=10, success=False))
+    assert not ep.success
+
+
+@pytest.mark.parametrize("missing", ["/camera/wrist/image_raw", "/joint_states", "/episode"])
+def test_missing_topic_names_bag_and_topic(tmp_path, missing):
+    bag = write_demo_bag(tmp_path / "ep", ticks=10, skip_topics=(missing,))
+    with pytest.raises(DatasetError, match=f"{bag}: no {missing} topic"):
+        extract_episode(bag)
+
+
+def test_bag_without_commands_is_a_clear_error(tmp_path):
+    bag = write_demo_bag(tmp_path / "ep", ticks=10, commands=False)
+    with pytest.raises(DatasetError, match="no commands on /arm_controller/commands"):
+        extract_episode(bag)
+
+
+@pytest.mark.parametrize("encoding,raw,rgb", [
+    ("rgb8", [10, 20, 30], [10, 20, 30]),
+    ("bgr8", [10, 20, 30], [30, 20, 10]),
+    ("rgba8", [10, 20, 30, 255], [10, 20, 30]),
+    ("mono8", [40], [40, 40, 40]),
+])
+def test_image_encodings_convert_to_rgb(encoding, raw, rgb):
+    msg = image_msg(0, 0, 2, encoding)
+    msg.data = np.tile(np.array(raw, np.uint8), 4)
+    out = ds.image_to_rgb(msg, "bag", "/camera/front/image_raw")
+    assert out.shape == (2, 2, 3) and (out == np.array(rgb, np.uint8)).all()
+
+
+def test_unsupported_or_malformed_images_are_errors(tmp_path):
+    msg = image_msg(0, 0, 2, "rgb8")
+    msg.encoding = "16UC1"
+    with pytest.raises(DatasetError, match="bag: /cam has image encoding '16UC1'"):
+        ds.image_to_rgb(msg, "bag", "/cam")
+    msg = image_msg(0, 0, 2, "rgb8")
+    msg.data = msg.data[:5]
+    with pytest.raises(DatasetError, match="malformed"):
+        ds.image_to_rgb(msg, "bag", "/cam")
+    ep = extract_episode(write_demo_bag(tmp_path / "bgr", ticks=6, encoding="bgr8"))
+    assert (ep.images[1, 1] == pixel(5, 1)).all()
+
+
+def test_find_bags_recurses_and_skips_hidden(tmp_path):
+    a = write_demo_bag(tmp_path / "run1" / "ep_a", ticks=6)
+    b = write_demo_bag(tmp_path / "run2" / "deep" / "ep_b", ticks=6)
+    write_demo_bag(tmp_path / ".cache" / "ep_hidden", ticks=6)
+    assert find_bags([tmp_path]) == [a, b]
+    assert find_bags([a]) == [a]
+    with pytest.raises(DatasetError, match="no such directory"):
+        find_bags([tmp_path / "nope"])
+
+
+def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):
+    bag = write_demo_bag(tmp_path / "data" / "ep", ticks=12)
+    cache = tmp_path / "cache"
+    first = load_dataset([tmp_path / "data"], cache, progress=False)
+    files = list(cache.glob("*.npz"))
+    assert len(files) == 1
+
+    calls = []
+    real = ds.extract_episode
+    monkeypatch.setattr(ds, "extract_episode", lambda *a: calls.append(a) or real(*a))
+    again = load_dataset([tmp_path / "data"], cache, progress=False)
+    assert calls == []  # served from the cache
+    for name in ("frame_ticks", "images", "frame_state", "commands"):
+        assert np.array_equal(getattr(first[0], name), getattr(again[0], name))
+    assert again[0].cameras == ("front", "wrist") and again[0].success is True
+
+    mcap = next(bag.glob("*.mcap"))
+    stat = mcap.stat()
+    os.utime(mcap, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    load_dataset([tmp_path / "data"], cache, progress=False)
+    assert len(calls) == 1  # rebuilt after the change
+
+    files[0].write_bytes(b"garbage")  # a damaged cache file is rebuilt, not fatal
+    load_dataset([tmp_path / "data"], cache, progress=False)
+    assert len(calls) == 2
+
+
+def test_incomplete_bags_are_skipped_and_corrupt_ones_are_errors(tmp_path, caplog):
+    data = tmp_path / "data"
+    write_demo_bag(data / "ep_good", ticks=8)
+    writer = BagWriter(data / "ep_killed", live_topic_specs())
+    writer.flush()
+    writer.abort("simulated crash")
+    with caplog.at_level(logging.WARNING):
+        episodes = load_dataset([data], tmp_path / "cache", progress=False)
+    assert [os.path.basename(e.bag) for e in episodes] == ["ep_good"]
+    assert "skipping incomplete bag" in caplog.text
+
+    broken = write_demo_bag(data / "ep_broken", ticks=8)
+    (broken / "metadata.yaml").write_text("rosbag2_bagfile_information: [broken")
+    with pytest.raises(DatasetError, match="ep_broken") as err:
+        load_dataset([data], tmp_path / "cache", progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_empty_dataset_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="no bags"):
+        load_dataset([tmp_path / "empty"], tmp_path / "cache", progress=False)
+
+
+def test_augmentation_shifts_and_jitters_deterministically():
+    images = torch.zeros(4, 2, 16, 16, 3, dtype=torch.uint8)
+    images[:, :, 8, 8] = 255  # one bright pixel per image
+    out1 = augment_images(images, torch.Generator().manual_seed(3))
+    out2 = augment_images(images, torch.Generator().manual_seed(3))
+    assert out1.shape == (4, 2, 3, 16, 16) and out1.dtype == torch.float32
+    assert torch.equal(out1, out2)
+    assert 0.0 <= out1.min() and out1.max() <= 1.0
+    peaks = {tuple(divmod(int(img[0].argmax()), 16)) for img in out1.reshape(8, 3, 16, 16)}
+    assert len(peaks) > 1  # cameras/samples moved independently
+    assert all(abs(r - 8) <= 4 and abs(c - 8) <= 4 for r, c in peaks)
+
+
+def test_split_is_by_episode_seeded_and_keeps_one_for_validation():
+    train, val = split_episodes(10, 0.1, seed=0)
+    assert len(val) == 1 and sorted(train + val) == list(range(10))
+    assert split_episodes(10, 0.1, seed=0) == (train, val)
+    assert split_episodes(2, 0.1, seed=5)[1] != [] and split_episodes(1, 0.1, seed=5) == ([0], [])

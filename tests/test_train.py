@@ -1,0 +1,235 @@
+"""Training: determinism, bit-identical resume, bad inputs, and a tiny end-to-end run of
+the real `arm-act train` command on synthetic bags."""
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from arm_act import cli
+from policy.checkpoint import load_checkpoint
+from policy.config import PolicyConfig
+from policy.model import ACTPolicy
+from policy.train import TrainConfig, TrainingError, lr_at, train
+from synthetic_bags import write_demo_bag
+
+TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
+            decoder_layers=1, chunk_size=5, mlp_ratio=2, cvae_layers=1, latent_dim=4)
+FAST = dict(batch_size=4, warmup_steps=2, val_every=3, checkpoint_every=3, log_every=1,
+            val_samples=8, threads=1)
+
+
+def episodes(n=3, frames=6, seed=0, size=32):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ticks = frames * 5
+        out.append(SimpleNamespace(
+            bag=f"ep{i}", instruction="put the red block in the box",
+            frame_ticks=np.arange(frames, dtype=np.int64) * 5,
+            images=rng.integers(0, 256, (frames, 2, size, size, 3), dtype=np.uint8),
+            frame_state=rng.normal(size=(frames, 9)).astype(np.float32),
+            commands=np.cumsum(rng.normal(size=(ticks, 8)), axis=0).astype(np.float32)))
+    return out
+
+
+def weights(directory):
+    return load_file(str(directory / "model.safetensors"))
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, monkeypatch):
+    # CVAE + augmentation + dropout: every source of randomness is exercised.
+    cfg = PolicyConfig(**TINY, use_cvae=True)
+    tcfg = TrainConfig(steps=6, **FAST)
+    data = episodes()
+    full = train(data, cfg, tcfg, tmp_path / "full", progress=False)
+    part = train(data, cfg, tcfg, tmp_path / "split", progress=False, stop_after=3)
+    assert part["steps"] == 3 and not (tmp_path / "split" / "model.safetensors").exists()
+    resumed = train(data, cfg, tcfg, tmp_path / "split", progress=False)
+    assert resumed["steps"] == full["steps"] == 6
+    assert_same(weights(tmp_path / "full"), weights(tmp_path / "split"))
+    assert resumed["final"] == full["final"]
+
+    # Ctrl-C in the middle of step 5 (batch drawn, weights untouched) saves step 4's state.
+    real_loss, calls = ACTPolicy.loss, []
+
+    def interrupted(self, batch, generator=None):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real_loss(self, batch, generator)
+
+    monkeypatch.setattr(ACTPolicy, "loss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(data, cfg, tcfg, tmp_path / "ctrl_c", progress=False)
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "ctrl_c" / "train_state" / "state.json").read_text())["step"] == 4
+    train(data, cfg, tcfg, tmp_path / "ctrl_c", progress=False)
+    assert_same(weights(tmp_path / "full"), weights(tmp_path / "ctrl_c"))
+    again = train(data, cfg, tcfg, tmp_path / "again", progress=False)  # same seed, same weights
+    assert_same(weights(tmp_path / "full"), weights(tmp_path / "again"))
+    other = train(data, cfg, TrainConfig(steps=2, seed=1, **FAST), tmp_path / "seed1",
+                  progress=False)
+    assert other["steps"] == 2
+    assert not torch.equal(weights(tmp_path / "full")["head.weight"],
+                           weights(tmp_path / "seed1")["head.weight"])
+
+
+def test_outputs_checkpoint_curves_and_metrics(tmp_path):
+    out = tmp_path / "ckpt"
+    metrics = train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST), out,
+                    progress=False, data_info={"skipped_failed": 1})
+    model, normalizer, config = load_checkpoint(out)
+    assert config == PolicyConfig(**TINY)
+    assert (out / "loss_curves.png").stat().st_size > 1000
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["steps"] == 3 and saved["data"]["skipped_failed"] == 1
+    assert saved["data"]["train_episodes"] + saved["data"]["val_episodes"] == 3
+    assert saved["data"]["val_episodes"] == 1 and saved["final"]["val_l1"] > 0
+    assert math.isfinite(metrics["final"]["train_l1"]) and metrics["samples_per_s"] > 0
+    assert {"train", "policy", "wall_time_s", "samples_per_s"} <= set(saved)
+
+
+def test_resume_refuses_another_config_or_other_data(tmp_path):
+    out = tmp_path / "ckpt"
+    data = episodes()
+    tcfg = TrainConfig(steps=3, **FAST)
+    train(data, PolicyConfig(**TINY), tcfg, out, progress=False, stop_after=2)
+    with pytest.raises(TrainingError, match=r"another policy config \(width: saved 32, now 64\)"):
+        train(data, PolicyConfig(**{**TINY, "width": 64}), tcfg, out, progress=False)
+    with pytest.raises(TrainingError, match="other training settings .*lr"):
+        train(data, PolicyConfig(**TINY), TrainConfig(steps=3, lr=1e-3, **FAST), out,
+              progress=False)
+    with pytest.raises(TrainingError, match="other data"):
+        train(episodes(seed=1), PolicyConfig(**TINY), tcfg, out, progress=False)
+    # A finished checkpoint of another config is not overwritten silently either.
+    train(data, PolicyConfig(**TINY), tcfg, out, progress=False)
+    for path in (out / "train_state").iterdir():
+        path.unlink()
+    (out / "train_state").rmdir()
+    with pytest.raises(TrainingError, match="holds a checkpoint of another policy config"):
+        train(data, PolicyConfig(**{**TINY, "chunk_size": 4}), tcfg, out, progress=False)
+    train(data, PolicyConfig(**{**TINY, "chunk_size": 4}), tcfg, out, progress=False,
+          resume=False)
+    assert load_checkpoint(out)[2].chunk_size == 4
+
+
+def test_damaged_training_state_is_a_clear_error(tmp_path):
+    out = tmp_path / "ckpt"
+    data, cfg, tcfg = episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST)
+    train(data, cfg, tcfg, out, progress=False, stop_after=1)
+    state_file = out / "train_state" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["normalization"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(TrainingError, match="no normalization statistics"):
+        train(data, cfg, tcfg, out, progress=False)
+    (out / "train_state" / "optimizer.safetensors").unlink()
+    with pytest.raises(TrainingError, match="optimizer.safetensors is missing"):
+        train(data, cfg, tcfg, out, progress=False)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_state(tmp_path, monkeypatch):
+    real_loss = ACTPolicy.loss
+    calls = []
+
+    def flaky(self, batch, generator=None):
+        calls.append(1)
+        loss, parts = real_loss(self, batch, generator)
+        return (loss * math.nan, parts) if len(calls) == 5 else (loss, parts)
+
+    monkeypatch.setattr(ACTPolicy, "loss", flaky)
+    out = tmp_path / "ckpt"
+    with pytest.raises(TrainingError, match=r"non-finite loss at step 4 .*last good training "
+                                            r"state \(step 3\) is kept"):
+        train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=8, **FAST), out,
+              progress=False)
+    assert json.loads((out / "train_state" / "state.json").read_text())["step"] == 3
+    assert not (out / "model.safetensors").exists()
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(TrainingError, match="no episodes"):
+        train([], PolicyConfig(**TINY), TrainConfig(steps=1, **FAST), tmp_path / "a")
+    with pytest.raises(TrainingError, match="image_size"):
+        train(episodes(size=16), PolicyConfig(**TINY), TrainConfig(steps=1, **FAST),
+              tmp_path / "b", progress=False)
+    with pytest.raises(ValueError, match="batch_size=0 must be"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="lr=nan"):
+        TrainConfig(lr=math.nan)
+    with pytest.raises(ValueError, match="unknown train config keys"):
+        TrainConfig.from_dict({"stepz": 3})
+
+
+def test_learning_rate_warms_up_then_follows_a_cosine():
+    cfg = TrainConfig(steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(60, cfg) == pytest.approx(0.55e-3)  # half way down the cosine
+    assert lr_at(110, cfg) == pytest.approx(1e-4)
+
+
+TINY_FLAGS = ["image_size=32", "patch_size=16", "width=32", "heads=2", "encoder_layers=1",
+              "chunk_size=5", "mlp_ratio=2", "batch_size=4", "warmup_steps=1", "val_every=2",
+              "threads=1"]
+
+
+def test_arm_act_train_end_to_end(tmp_path, capsys):
+    data = tmp_path / "data"
+    for i in range(3):
+        write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
+    write_demo_bag(data / "ep_failed", ticks=20, success=False, final_state="failure")
+    out = tmp_path / "runs" / "tiny"
+    argv = ["train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS,
+            "--steps", "3", "--seed", "1"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "3 used, 1 failed skipped" in printed and "checkpoint:" in printed
+    model, normalizer, config = load_checkpoint(out)
+    assert (config.width, config.chunk_size) == (32, 5)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 3 and metrics["train"]["seed"] == 1
+    assert metrics["data"]["skipped_failed"] == 1 and metrics["data"]["episodes"] == 3
+    assert (out / "loss_curves.png").exists() and list((tmp_path / "runs" / ".cache").glob("*.npz"))
+
+    # Another config on the same --out: one line, exit status 2, the checkpoint untouched.
+    assert cli.main(argv + ["--config", "width=64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("arm-act train: error: training state") and "width" in err[-1]
+    assert cli.main(["train", "--data", str(data), "--out", str(out), "--config", "wdth=3"]) == 2
+    assert "unknown setting 'wdth'" in capsys.readouterr().err
+
+
+def test_arm_act_train_rejects_bags_without_commands(tmp_path, capsys):
+    write_demo_bag(tmp_path / "data" / "ep", ticks=10, commands=False)
+    assert cli.main(["train", "--data", str(tmp_path / "data"), "--out",
+                     str(tmp_path / "out"), "--config", *TINY_FLAGS]) == 2
+    assert "no commands on /arm_controller/commands" in capsys.readouterr().err
+
+
+def test_config_files_and_overrides_combine_in_order(tmp_path):
+    from arm_act.cmd_train import build_configs
+
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({"policy": {"width": 128, "use_cvae": True}, "train": {"lr": 1e-3}}))
+    policy, training = build_configs(
+        [str(path), "encoder_layers=3", "policy.cameras=front", "train.augment=false"],
+        {"steps": 7, "lr": None})
+    assert (policy.width, policy.encoder_layers, policy.use_cvae, policy.cameras) == (
+        128, 3, True, ("front",))
+    assert (training.lr, training.augment, training.steps) == (1e-3, False, 7)
+    with pytest.raises(cli.CommandError, match="width=130 must be divisible"):
+        build_configs(["width=130"], {})
+    with pytest.raises(cli.CommandError, match="not KEY=VALUE and not a readable file"):
+        build_configs([str(tmp_path / "missing.json")], {})
