@@ -44,7 +44,10 @@ def add_policy_arguments(parser) -> None:
                        help="control ticks before a chunk is usable (default: measured inference latency)")
     group.add_argument("--ideal", action="store_true", help="zero inference delay (ablation)")
     group.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    group.add_argument("--max-joint-speed", type=float, default=2.0,
+    group.add_argument("--backend", choices=("torch", "onnx"), default="torch",
+                       help="inference backend: eager torch, or an ONNX graph exported at load and "
+                            "run by onnxruntime (checked against torch; falls back to torch)")
+    group.add_argument("--max-joint-speed", type=float, default=3.0,
                        help="rad/s clamp on commanded joint motion (as policy_node)")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")

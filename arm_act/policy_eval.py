@@ -22,7 +22,7 @@ class PolicyAgent:
     """sim.rollout agent around a PolicyRuntime."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
-                 control_rate: float = 50.0, max_joint_speed: float = 2.0):
+                 control_rate: float = 50.0, max_joint_speed: float = 3.0):
         from policy.runtime import CommandLimiter
 
         if latency_ticks < 0:
@@ -77,6 +77,7 @@ def make_policy_runner_factory(args, sim_config, checkpoint: Path):
         runtime = PolicyRuntime.from_checkpoint(
             checkpoint, execution=args.execution, m=args.ensemble_m, threads=args.threads,
             cameras=cameras, image_size=sim_config.cameras[0].height,
+            backend=getattr(args, "backend", "torch"),
         )
     except (CheckpointError, ValueError) as exc:
         raise CommandError(str(exc)) from None
@@ -119,6 +120,7 @@ def make_policy_runner_factory(args, sim_config, checkpoint: Path):
     describe = {
         "checkpoint": str(checkpoint),
         "execution": args.execution,
+        "backend": runtime.backend,
         "ensemble_m": args.ensemble_m,
         "latency_ticks": latency_ticks,
         "measured_latency_ms": None if measured is None else round(measured * 1e3, 2),

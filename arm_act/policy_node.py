@@ -39,8 +39,9 @@ class PolicyNode(ControllerNode):
         declare("execution", "ensemble")
         declare("ensemble_m", 0.1)
         declare("torch_threads", 2)
+        declare("backend", "torch")
         declare("stale_timeout", 0.5)
-        declare("max_joint_speed", 2.0)
+        declare("max_joint_speed", 3.0)
         declare("latency_ticks", 1)
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
@@ -54,9 +55,10 @@ class PolicyNode(ControllerNode):
             checkpoint = p("checkpoint") or str(default_checkpoint())
             runtime = PolicyRuntime.from_checkpoint(
                 Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
-                threads=int(p("torch_threads")),
+                threads=int(p("torch_threads")), backend=str(p("backend")),
             )
-            self.get_logger().info(f"loaded {checkpoint} ({runtime.execution})")
+            self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
+                                   f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
         self.runtime = runtime
         self.cameras = tuple(runtime.config.cameras)
         self.image_size = runtime.config.image_size
@@ -84,6 +86,10 @@ class PolicyNode(ControllerNode):
         # For viewers: the mean cross-attention of the action queries over each camera's
         # patches (Float32MultiArray, dims camera x row x col), one per chunk.
         self.publish_attention = bool(p("publish_attention"))
+        if self.publish_attention and getattr(runtime, "backend", "torch") != "torch":
+            self.get_logger().warning("publish_attention runs every inference on torch (the exported "
+                                      "graph has no attention output); set it false to use the "
+                                      f"{runtime.backend} backend")
         self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
         self.create_service(Trigger, "~/enable", self.enable_callback)

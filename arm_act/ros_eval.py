@@ -44,7 +44,7 @@ def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: 
             nodes.append(PolicyNode(context=context, parameter_overrides=params(
                 **common, checkpoint=checkpoint, latency_ticks=latency_ticks, execution=args.execution,
                 ensemble_m=args.ensemble_m, torch_threads=args.threads, max_joint_speed=args.max_joint_speed,
-                publish_attention=False)))
+                backend=getattr(args, "backend", "torch"), publish_attention=False)))
         executor = MultiThreadedExecutor(num_threads=3, context=context)
         for node in nodes:
             executor.add_node(node)

@@ -144,9 +144,14 @@ class MultiHeadAttention(nn.Module):
             q, k = self.rope(q), self.rope(k)
         dropout_p = self.dropout if self.training else 0.0
         weights = None
-        if need_weights or explicit:
+        if explicit:
             out, weights = attention_explicit(q, k, v, mask, dropout_p)  # (B, H, L, E)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            if need_weights:
+                # Weights for viewers, computed beside the fused kernel rather than instead of
+                # it: asking to see the attention must not change the actions (the fused and
+                # explicit paths agree only to float32 rounding, ~1e-7).
+                _, weights = attention_explicit(q, k, v, mask)
         out = out.transpose(1, 2).reshape(b, length, d)  # (B, L, D)
         return self.out_proj(out), (weights if need_weights else None)

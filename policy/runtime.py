@@ -1,7 +1,7 @@
 """The runtime that turns a checkpoint into commands, shared by in-process evaluation and
 the policy node (STYLE.md #3: LeRobot's ACTPolicy / ACTTemporalEnsembler split).
 
-    runtime = PolicyRuntime.from_checkpoint("checkpoints/default")
+    runtime = PolicyRuntime.from_checkpoint("checkpoints/default", backend="onnx")
     runtime.reset()
     chunk = runtime.predict_chunk(images, joint_position, instruction)   # on a camera pair
     runtime.add_chunk(start_tick, chunk.actions)                         # when it is usable
@@ -11,9 +11,16 @@ Chunks are indexed by absolute control tick: a chunk predicted from the observat
 tick c holds the commands for ticks c, c+1, ..., c+K-1. When it becomes usable only d ticks
 later (inference latency), its first d actions are simply in the past. Both executors work
 that way, so latency handling is the same for the ensembler and the queue.
+
+backend="onnx" runs the forward pass through an onnxruntime session exported at load
+(policy/onnx_backend.py), checked against torch on a random input; when export, loading or
+that check fails the runtime warns and stays on torch (`runtime.backend` says which one
+runs). Attention weights for viewers (need_attention=True) always come from torch. The
+graph is a snapshot of the weights at construction: build a new runtime after changing them.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +34,9 @@ from policy.model import ACTPolicy
 from policy.normalizer import Normalizer
 
 ARM_JOINTS = 7
+BACKENDS = ("torch", "onnx")
+
+logger = logging.getLogger(__name__)
 
 
 class TemporalEnsembler:
@@ -114,31 +124,43 @@ class PolicyRuntime:
     """A loaded policy plus its chunk executor."""
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
-                 m: float = 0.1, threads: int | None = None):
+                 m: float = 0.1, threads: int | None = None, backend: str = "torch"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} must be one of {list(BACKENDS)}")
         self.model = model.eval()
         self.config: PolicyConfig = model.config
         self.normalizer = normalizer
         self.tokenizer = model.tokenizer()
-        if threads is not None:
-            if threads < 1:
-                raise ValueError(f"threads={threads} must be >= 1")
-            torch.set_num_threads(threads)
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads={threads} must be >= 1")
+        self.threads = threads
         self.executor = make_executor(execution, self.config, m)
         self.execution = execution
         self._instruction: str | None = None
         self._ids = self._ids_mask = None
+        self.requested_backend = backend
+        self.backend, self.backend_note, self._onnx = "torch", "", None
+        if backend == "onnx":
+            from policy.onnx_backend import verified_onnx_policy
+
+            self._onnx, self.backend_note = verified_onnx_policy(
+                self.model, threads if threads is not None else torch.get_num_threads())
+            if self._onnx is None:
+                logger.warning("backend='onnx' unavailable, using torch: %s", self.backend_note)
+            else:
+                self.backend = "onnx"
 
     @classmethod
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
-                        image_size: int | None = None) -> "PolicyRuntime":
+                        image_size: int | None = None, backend: str = "torch") -> "PolicyRuntime":
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
         if image_size is not None:
             expected["image_size"] = image_size
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
-        return cls(model, normalizer, execution=execution, m=m, threads=threads)
+        return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend)
 
     def reset(self) -> None:
         self.executor.reset()
@@ -173,17 +195,27 @@ class PolicyRuntime:
     @torch.inference_mode()
     def predict_chunk(self, images: dict[str, np.ndarray], joint_position: np.ndarray, instruction: str,
                       need_attention: bool = False) -> ChunkPrediction:
+        # torch's intra-op thread count is per calling thread (OpenMP), and the node calls
+        # from a worker thread: set it where the work runs. Equal thread counts also make
+        # results bit-identical between the node and in-process evaluation.
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
         pixels, state = self.preprocess(images, joint_position)
         ids, ids_mask = self._instruction_tokens(instruction)
         start = time.perf_counter()
-        out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
+        cross_attention = None
+        if self._onnx is not None and not need_attention:
+            normalised = self._onnx(pixels, state, ids, ids_mask)  # (1, K, A)
+        else:
+            out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
+            normalised, cross_attention = out.actions, out.cross_attention
         latency = time.perf_counter() - start
-        actions = self.normalizer.unnormalize_action(out.actions[0].double().numpy())  # (K, A)
+        actions = self.normalizer.unnormalize_action(normalised[0].double().numpy())  # (K, A)
         if not np.all(np.isfinite(actions)):
             raise FloatingPointError("the policy produced non-finite actions")
         attention = None
-        if need_attention and out.cross_attention is not None:
-            mean = out.cross_attention[0].mean(dim=(0, 1))  # (N,) over heads and queries
+        if need_attention and cross_attention is not None:
+            mean = cross_attention[0].mean(dim=(0, 1))  # (N,) over heads and queries
             attention = {k: v.numpy() for k, v in self.model.layout.patch_grids(mean).items()}
         return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention)
 

@@ -252,7 +252,7 @@ class _Trainer:
         t0 = time.perf_counter()
         self.phase = "prepare"
         batch = self.train_set.batch(self.sampler.next(tcfg.batch_size), self.generator,
-                                     augment=tcfg.augment)
+                                     augment=tcfg.augment, max_shift=tcfg.augment_shift)
         lr = lr_at(self.step, tcfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr

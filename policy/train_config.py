@@ -30,6 +30,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     log_every: int = 10  # steps per point of the training-loss history
     augment: bool = True
+    augment_shift: int = 2  # pixels of random shift when augmenting (policy/data.py MAX_SHIFT)
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     # torch intra-op threads. 1 by default: with the other core of a 2-core machine busy,
     # 2 OpenMP threads made elementwise ops ~15x slower and training 2.2x slower (13 vs
@@ -58,6 +59,8 @@ class TrainConfig:
             raise ValueError(f"lr={self.lr!r} must be > 0")
         if self.val_fraction >= 1.0:
             raise ValueError(f"val_fraction={self.val_fraction!r} must be < 1")
+        if not isinstance(self.augment_shift, int) or not 0 <= self.augment_shift <= 16:
+            raise ValueError(f"augment_shift={self.augment_shift!r} must be an int in [0, 16]")
         if not isinstance(self.augment, bool):
             raise ValueError(f"augment={self.augment!r} must be a bool")
         if self.num_workers != 0:
