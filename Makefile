@@ -10,10 +10,9 @@ STAMP := $(VENV)/.arm_act-installed
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt constraints.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

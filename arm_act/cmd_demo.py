@@ -40,6 +40,7 @@ def configure(parser) -> None:
     parser.add_argument("--no-view", action="store_true", help="neither window nor video")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
+    parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
     parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
     parser.add_argument("--real-time-factor", type=float, default=1.0,
                         help="sim speed vs wall clock (0: as fast as it goes)")
@@ -149,6 +150,7 @@ def run(args) -> int:
         children.start("sim_node", "arm_act.sim_node", _ros_args({
             **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
             "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
+            "episode_time_limit": args.time_limit,
         }, config_file("sim.yaml")), env)
         while not viewer.done.is_set():
             problem = children.failed()
@@ -173,7 +175,10 @@ def run(args) -> int:
         successes = sum(r["success"] for r in results)
         print(f"{successes}/{len(results)} episodes succeeded")
     if view is not None and view.path is not None:
-        print(f"live view written to {view.path} ({view.frames} frames)")
+        if view.frames:
+            print(f"live view written to {view.path} ({view.frames} frames)")
+        else:
+            print(f"no camera frames reached the viewer; {view.path} was not written", file=sys.stderr)
     if args.record is not None:
         print(f"bag written to {args.record}")
     return 130 if interrupted else 0

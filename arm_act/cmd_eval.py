@@ -27,6 +27,7 @@ def configure(parser) -> None:
     parser.add_argument("--blocks", default="2-5", help="block count N or range LO-HI")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
+    parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
@@ -89,7 +90,8 @@ def run(args) -> int:
 
     try:
         blocks = parse_blocks(args.blocks)
-        config = SimConfig(control_rate_hz=args.control_rate, camera_rate_hz=args.camera_rate)
+        config = SimConfig(control_rate_hz=args.control_rate, camera_rate_hz=args.camera_rate,
+                           episode_time_limit=args.time_limit)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     if args.episodes < 1:

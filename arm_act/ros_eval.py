@@ -33,7 +33,8 @@ def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: 
     try:
         sim = SimNode(context=context, parameter_overrides=params(
             mode="lockstep", episodes=args.episodes, seed=args.seed, blocks=blocks_text,
-            control_rate=args.control_rate, camera_rate=args.camera_rate, joint_state_rate=args.control_rate))
+            control_rate=args.control_rate, camera_rate=args.camera_rate, joint_state_rate=args.control_rate,
+            episode_time_limit=args.time_limit))
         nodes.append(sim)
         common = dict(mode="lockstep", control_rate=args.control_rate)
         if checkpoint is None:

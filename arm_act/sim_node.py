@@ -73,6 +73,9 @@ class SimNode(Node):
         self.declare_parameter("lockstep_timeout", 10.0)
         self.declare_parameter("gui", False)
         self.declare_parameter("episode_time_limit", 20.0)
+        # Start the first episode only once a controller publishes commands (so a policy
+        # that takes seconds to load does not miss the start of the demo).
+        self.declare_parameter("wait_for_controller", True)
         param = lambda name: self.get_parameter(name).value  # noqa: E731
 
         self.mode = str(param("mode"))
@@ -182,8 +185,18 @@ class SimNode(Node):
         return response
 
     # ------------------------------------------------------------ the physics thread
+    def _wait_for_controller(self) -> None:
+        logged = False
+        while not self._stop.is_set() and self.count_publishers(conv.ARM_COMMAND_TOPIC) == 0:
+            if not logged:
+                self.get_logger().info(f"waiting for a controller publishing on {conv.ARM_COMMAND_TOPIC}")
+                logged = True
+            self._stop.wait(0.1)
+
     def _run(self) -> None:
         try:
+            if self.get_parameter("wait_for_controller").value:
+                self._wait_for_controller()
             while not self._stop.is_set() and self._start_next_episode():
                 self._run_episode()
         except Exception as exc:  # the node must report and exit, not idle on with a dead loop
