@@ -258,7 +258,7 @@ def measure_loop(policy: BenchPolicy, threads: int, backend: str, trials: Trials
 
 def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int, quick: bool,
               backend: str = "auto", ros: bool = True, domain_id: int | None = None,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[str], None] | None = None, arrangement: str = "processes") -> dict[str, Any]:
     """Every measurement, as one flat JSON-ready dict (see benchmarks/README.md)."""
     from policy.budget import measure_matmul_gflops
 
@@ -297,6 +297,6 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
             say(f"policy node over DDS ({trials.ros_seconds:.0f} s)")
             report.update(measure_control_over_dds(policy.checkpoint, backend=chosen, threads=threads,
                                                    seconds=trials.ros_seconds, domain_id=domain_id,
-                                                   logs=scratch))
+                                                   logs=scratch, arrangement=arrangement))
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     return report

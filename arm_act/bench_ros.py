@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -185,65 +182,67 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
     }
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the bench dies (Linux prctl)."""
-    try:
-        import ctypes
+class _InProcess:
+    """sim_node + policy_node composed in this process (one MultiThreadedExecutor on their
+    own context), the arrangement the demo does NOT use: to measure why (README)."""
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    def __init__(self, domain: int):
+        import rclpy
 
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.nodes, self.executor, self.thread = [], None, None
 
-class _Children:
-    """Node processes with their output in log files; stopped SIGINT, SIGTERM, SIGKILL."""
+    def start(self, sim_params: dict, policy_params: dict) -> None:
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.parameter import Parameter
 
-    def __init__(self, logs: Path):
-        self.logs = logs
-        self.procs: list[tuple[str, subprocess.Popen]] = []
+        from arm_act.policy_node import PolicyNode
+        from arm_act.sim_node import SimNode
 
-    def start(self, name: str, module: str, ros_args: list[str], env: dict) -> None:
-        with open(self.logs / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, *ros_args], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
-        self.procs.append((name, proc))
+        def overrides(values):
+            return [Parameter(k, value=v) for k, v in values.items()]
+
+        self.nodes = [PolicyNode(context=self.context, parameter_overrides=overrides(policy_params)),
+                      SimNode(context=self.context, parameter_overrides=overrides(sim_params))]
+        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
+        for node in self.nodes:
+            self.executor.add_node(node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
 
     def check(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with status {proc.returncode}: {self.tail(name)}")
+        if any(getattr(node, "failed", False) for node in self.nodes):
+            raise RuntimeError("sim_node failed")
 
     def tail(self, name: str, lines: int = 5) -> str:
-        try:
-            text = (self.logs / f"{name}.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no log)"
-        return " | ".join(text[-lines:]) or "(empty log)"
+        return "(in process: see the log above)"
 
     def stop(self) -> None:
-        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-            alive = [proc for _, proc in self.procs if proc.poll() is None]
-            for proc in alive:
-                proc.send_signal(sig)
-            deadline = time.monotonic() + wait
-            for proc in alive:
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
+        import rclpy
+
+        for node in self.nodes:
+            node.destroy_node()
+        if self.executor is not None:
+            self.executor.shutdown(timeout_sec=2.0)
+        if self.context.ok():
+            rclpy.shutdown(context=self.context)
 
 
 def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, seconds: float,
                              logs: Path, domain_id: int | None = None,
-                             camera_rate: int | None = None) -> dict[str, Any]:
+                             camera_rate: int | None = None, arrangement: str = "processes") -> dict[str, Any]:
     """Run sim_node + policy_node for `seconds` of wall time after warm-up; see the module
-    docstring for what is measured. camera_rate: default sim.yaml's."""
+    docstring for what is measured. camera_rate: default sim.yaml's. arrangement:
+    "processes" (as `arm-act demo` and launch run them) or "single" (both nodes in this
+    process, sharing its GIL with each other and the probe)."""
+    if arrangement not in ("processes", "single"):
+        raise ValueError(f"arrangement={arrangement!r} must be 'processes' or 'single'")
     import rclpy
     import yaml
     from rclpy.executors import SingleThreadedExecutor
 
-    from arm_act.cmd_demo import _ros_args
+    from arm_act.processes import NodeProcesses, ros_args
     from arm_act.paths import config_file
     from policy.checkpoint import read_config
 
@@ -255,7 +254,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     previous_range = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # the probe's participant too
-    children = _Children(logs)
+    children = NodeProcesses(logs)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     executor = SingleThreadedExecutor(context=context)
@@ -267,12 +266,16 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
         spinner = threading.Thread(target=executor.spin, name="bench_probe", daemon=True)
         spinner.start()
         common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE}
-        children.start("policy_node", "arm_act.policy_node", _ros_args({
-            **common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
-            "publish_attention": False}, config_file("policy.yaml")), env)
-        children.start("sim_node", "arm_act.sim_node", _ros_args({
-            **common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
-            "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}, sim_yaml), env)
+        policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
+                         "publish_attention": False}
+        sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
+                      "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}
+        if arrangement == "single":
+            children = _InProcess(domain)
+            children.start(sim_params, policy_params)
+        else:
+            children.start("policy_node", "arm_act.policy_node", ros_args(policy_params, config_file("policy.yaml")), env)
+            children.start("sim_node", "arm_act.sim_node", ros_args(sim_params, sim_yaml), env)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not probe.commands:
             children.check()
@@ -300,4 +303,4 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
         else:
             os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = previous_range
-    return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend}
+    return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement}

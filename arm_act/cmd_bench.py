@@ -44,6 +44,9 @@ def configure(parser) -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--no-ros", action="store_true", help="skip the DDS run (its fields are null)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the DDS run")
+    parser.add_argument("--arrangement", choices=("processes", "single"), default="processes",
+                        help="DDS run: sim_node and policy_node as child processes (as the demo runs "
+                             "them) or composed in this one process")
 
 
 def _fmt(value, unit: str = "", digits: int = 2) -> str:
@@ -115,7 +118,7 @@ def run(args) -> int:
     try:
         report = run_bench(checkpoint=args.checkpoint, default_checkpoint=default_checkpoint(),
                            threads=threads, quick=args.quick, backend=args.backend,
-                           ros=not args.no_ros, domain_id=args.domain_id,
+                           ros=not args.no_ros, domain_id=args.domain_id, arrangement=args.arrangement,
                            progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     except CheckpointError as exc:
         raise CommandError(str(exc)) from None

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-import numpy as np
 
 from arm_act.cli import CommandError
 from arm_act.paths import config_file, default_checkpoint
+from arm_act.processes import NodeProcesses, ros_args
 
 
 def configure(parser) -> None:
@@ -45,59 +43,6 @@ def configure(parser) -> None:
     parser.add_argument("--real-time-factor", type=float, default=1.0,
                         help="sim speed vs wall clock (0: as fast as it goes)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the nodes")
-
-
-def _ros_args(params: dict, params_file: Path | None = None) -> list[str]:
-    args = ["--ros-args"]
-    if params_file is not None:
-        args += ["--params-file", str(params_file)]
-    for key, value in params.items():
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        args += ["-p", f"{key}:={value}"]
-    return args
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux prctl)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class Children:
-    """The node processes; stopped with SIGINT, then SIGTERM, then SIGKILL."""
-
-    def __init__(self):
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, module: str, ros_args: list[str], env: dict) -> None:
-        # Own session: a terminal's Ctrl-C reaches only the demo, which stops the children
-        # in order; and they get SIGTERM should the demo itself die without cleaning up.
-        proc = subprocess.Popen([sys.executable, "-m", module, *ros_args], env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-        self.procs.append((name, proc))
-
-    def failed(self) -> str | None:
-        for name, proc in self.procs:
-            if proc.poll() is not None and proc.returncode != 0:
-                return f"{name} exited with status {proc.returncode}"
-        return None
-
-    def stop(self) -> None:
-        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-            alive = [(n, p) for n, p in self.procs if p.poll() is None]
-            for _, proc in alive:
-                proc.send_signal(sig)
-            deadline = time.monotonic() + wait
-            for _, proc in alive:
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
 
 
 def _raise_interrupt(signum, frame):
@@ -123,7 +68,7 @@ def run(args) -> int:
     if args.domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(args.domain_id)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    children = Children()
+    children = NodeProcesses()
     view = None
     rclpy.init(args=None, domain_id=int(env.get("ROS_DOMAIN_ID", "0")))
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the children too
@@ -140,14 +85,14 @@ def run(args) -> int:
             if args.record.exists():
                 raise CommandError(f"--record {args.record} exists already; bags are never overwritten")
             children.start("bag_recorder", "arm_act.bag_recorder",
-                           _ros_args({"use_sim_time": True, "bag_path": str(args.record)}), env)
+                           ros_args({"use_sim_time": True, "bag_path": str(args.record)}), env)
         controller = {"execution": args.execution, **common}
         if use_expert:
-            children.start("expert_node", "arm_act.expert_node", _ros_args(common), env)
+            children.start("expert_node", "arm_act.expert_node", ros_args(common), env)
         else:
             children.start("policy_node", "arm_act.policy_node",
-                           _ros_args({**controller, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
-        children.start("sim_node", "arm_act.sim_node", _ros_args({
+                           ros_args({**controller, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
+        children.start("sim_node", "arm_act.sim_node", ros_args({
             **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
             "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
             "episode_time_limit": args.time_limit,

@@ -40,7 +40,6 @@ JOINT_TOPIC = "/joint_states"
 EPISODE_TOPIC = "/episode"
 TASK_TOPIC = "/task"
 # Encodings sensor_msgs/Image may carry that convert losslessly to RGB.
-_CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 
 
 class DatasetError(Exception):
@@ -95,27 +94,14 @@ def _stamp_ns(header) -> int:
 
 
 def image_to_rgb(msg, bag: Path | str, topic: str) -> np.ndarray:
-    """rosbags sensor_msgs/Image -> (H, W, 3) uint8 RGB (a fresh array); DatasetError
-    naming the bag and topic for other encodings or malformed data."""
-    channels = _CHANNELS.get(msg.encoding)
-    if channels is None:
-        raise DatasetError(f"{bag}: {topic} has image encoding {msg.encoding!r}; supported: "
-                           f"{', '.join(sorted(_CHANNELS))}")
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    if height == 0 or width == 0 or step < width * channels or data.size != height * step:
-        raise DatasetError(f"{bag}: {topic} has a malformed {width}x{height} {msg.encoding} "
-                           f"image (step {step}, {data.size} bytes)")
-    pixels = data.reshape(height, step)[:, : width * channels].reshape(height, width, channels)
-    if msg.encoding == "rgb8":
-        return pixels.copy()
-    if msg.encoding == "bgr8":
-        return pixels[:, :, ::-1].copy()
-    if msg.encoding == "rgba8":
-        return pixels[:, :, :3].copy()
-    if msg.encoding == "bgra8":
-        return pixels[:, :, 2::-1].copy()
-    return np.repeat(pixels, 3, axis=2)  # mono8
+    """A sensor_msgs/Image read from a bag -> (H, W, 3) uint8 RGB (a copy), with the live
+    system's conversion (rgb8, bgr8, rgba8, bgra8, mono8); anything else is a DatasetError."""
+    from arm_act.conversions import ConversionError, image_from_msg
+
+    try:
+        return np.array(image_from_msg(msg))
+    except ConversionError as exc:
+        raise DatasetError(f"{bag}: {topic}: {exc}") from None
 
 
 def _joint_positions(msg, bag: Path) -> np.ndarray:

@@ -64,7 +64,7 @@ def render(reports: list[dict], names: list[str]) -> str:
         f"{m['platform']}",
         f"- Python {m['python']}, torch {m['torch']}, onnxruntime {m['onnxruntime']}, "
         f"{m['threads']} intra-op thread(s)",
-        f"- Load average (1 min) before/after: "
+        "- Load average (1 min) before/after: "
         + ", ".join(f"{r['machine']['load_average_1m_start']:.2f}/"
                     f"{r['machine'].get('load_average_1m_end', float('nan')):.2f}" for r in reports),
         f"- Policy: {p['note']}; N={p['tokens']} tokens, K={p['chunk_size']}, D={p['width']}, "

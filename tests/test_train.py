@@ -76,7 +76,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "ctrl_c" / "train_state" / "state.json").read_text())["step"] == 4
     train(data, cfg, tcfg, tmp_path / "ctrl_c", progress=False)
     assert_same(weights(tmp_path / "full"), weights(tmp_path / "ctrl_c"))
-    again = train(data, cfg, tcfg, tmp_path / "again", progress=False)  # same seed, same weights
+    train(data, cfg, tcfg, tmp_path / "again", progress=False)  # same seed, same weights
     assert_same(weights(tmp_path / "full"), weights(tmp_path / "again"))
     other = train(data, cfg, TrainConfig(steps=2, seed=1, **FAST), tmp_path / "seed1",
                   progress=False)
