@@ -21,11 +21,11 @@ def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCA
     heat = g / g.max() if g.max() > 0 else g
     heat = cv2.resize(heat, (big.shape[1], big.shape[0]), interpolation=cv2.INTER_NEAREST)
     colour = cv2.applyColorMap((heat * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[:, :, ::-1]
-    alpha = (0.15 + 0.5 * heat)[:, :, None]
+    alpha = (0.6 * heat)[:, :, None]  # unattended patches stay as the camera saw them
     out = (big * (1 - alpha) + colour * alpha).astype(np.uint8)
     step_y, step_x = big.shape[0] // g.shape[0], big.shape[1] // g.shape[1]
-    out[::step_y, :, :] = out[::step_y, :, :] // 2  # faint patch grid
-    out[:, ::step_x, :] = out[:, ::step_x, :] // 2
+    out[::step_y, :, :] = (out[::step_y, :, :] * 0.75).astype(np.uint8)  # faint patch grid
+    out[:, ::step_x, :] = (out[:, ::step_x, :] * 0.75).astype(np.uint8)
     return out
 
 

@@ -39,6 +39,16 @@ BACKENDS = ("torch", "onnx")
 logger = logging.getLogger(__name__)
 
 
+def _checked_chunk(chunk: np.ndarray, chunk_size: int, action_dim: int) -> np.ndarray:
+    """(K, A) float64 copy of a chunk, or ValueError for a wrong shape or non-finite values."""
+    chunk = np.array(chunk, dtype=np.float64)
+    if chunk.shape != (chunk_size, action_dim):
+        raise ValueError(f"chunk has shape {chunk.shape}, expected {(chunk_size, action_dim)}")
+    if not np.all(np.isfinite(chunk)):
+        raise ValueError("chunk holds non-finite actions")
+    return chunk
+
+
 class TemporalEnsembler:
     """ACT's temporal ensembling (Zhao et al. 2023, Sec. IV-B): the action for tick t is the
     weighted average of every stored chunk's prediction for t, with weights exp(-m*i) where
@@ -60,11 +70,7 @@ class TemporalEnsembler:
         self._chunks.clear()
 
     def add_chunk(self, start_tick: int, chunk: np.ndarray) -> None:
-        chunk = np.asarray(chunk, dtype=np.float64)
-        if chunk.shape != (self.chunk_size, self.action_dim):
-            raise ValueError(f"chunk has shape {chunk.shape}, expected {(self.chunk_size, self.action_dim)}")
-        if not np.all(np.isfinite(chunk)):
-            raise ValueError("chunk holds non-finite actions")
+        chunk = _checked_chunk(chunk, self.chunk_size, self.action_dim)
         self._chunks.append((int(start_tick), chunk))
         self._chunks.sort(key=lambda item: item[0])
 
@@ -90,11 +96,7 @@ class ChunkQueue:
         self._current = None
 
     def add_chunk(self, start_tick: int, chunk: np.ndarray) -> None:
-        chunk = np.asarray(chunk, dtype=np.float64)
-        if chunk.shape != (self.chunk_size, self.action_dim):
-            raise ValueError(f"chunk has shape {chunk.shape}, expected {(self.chunk_size, self.action_dim)}")
-        if not np.all(np.isfinite(chunk)):
-            raise ValueError("chunk holds non-finite actions")
+        chunk = _checked_chunk(chunk, self.chunk_size, self.action_dim)
         if self._current is None or start_tick >= self._current[0]:
             self._current = (int(start_tick), chunk)
 

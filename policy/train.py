@@ -19,8 +19,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from policy.budget import torch_threads
 from policy.checkpoint import CheckpointError, read_config, save_checkpoint
 from policy.config import PolicyConfig
 from policy.data import ChunkDataset, fit_normalizer, split_episodes
@@ -53,16 +53,6 @@ __all__ = ["TrainConfig", "TrainingError", "evaluate", "lr_at", "plot_losses", "
 logger = logging.getLogger(__name__)
 
 CURVES_FILE = "loss_curves.png"
-
-
-@contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def data_fingerprint(episodes: Sequence) -> str:
@@ -421,7 +411,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         raise TrainingError(str(exc)) from None
 
     out.mkdir(parents=True, exist_ok=True)
-    with torch.random.fork_rng(devices=[]), _torch_threads(tcfg.threads):
+    with torch.random.fork_rng(devices=[]), torch_threads(tcfg.threads):
         trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint)
         if saved is not None:
             trainer.restore(saved)
