@@ -35,6 +35,10 @@ class ControllerNode(Node, ABC):
     """Base class; subclasses implement `compute_command(stamp_ns, tick)` and may extend
     `observation_complete` and `on_new_episode`."""
 
+    # Whether the controller reads the ground-truth object markers (the expert does; a
+    # policy must not, and skipping the 50 Hz MarkerArray conversions saves its CPU).
+    uses_objects = False
+
     def __init__(self, name: str, **kwargs):
         super().__init__(name, **kwargs)
         self.declare_parameter("mode", "realtime")
@@ -64,7 +68,8 @@ class ControllerNode(Node, ABC):
         self.create_subscription(JointState, "joint_states", self.joint_state_callback, 10)
         self.create_subscription(String, "task", self.task_callback, TRANSIENT_LOCAL)
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
-        self.create_subscription(MarkerArray, "objects", self.objects_callback, 10)
+        if self.uses_objects:
+            self.create_subscription(MarkerArray, "objects", self.objects_callback, 10)
         if self.mode == "realtime":
             # Its own callback group: on a MultiThreadedExecutor the timer never queues
             # behind a subscription callback.

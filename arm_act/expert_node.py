@@ -14,6 +14,8 @@ from sim import ExpertConfig, ScriptedExpert
 
 
 class ExpertNode(ControllerNode):
+    uses_objects = True
+
     def __init__(self, **kwargs):
         super().__init__("expert_node", **kwargs)
         self.declare_parameter("perturb_prob", 0.0)

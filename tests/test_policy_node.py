@@ -208,3 +208,29 @@ def test_stale_cameras_hold_and_bad_inputs_never_command(ros_context, tiny_check
     finally:
         policy.destroy_node()
         feed.destroy_node()
+
+
+def test_disable_stops_commands_and_enable_resumes(ros_context, tiny_checkpoint):
+    from std_srvs.srv import Trigger
+
+    feed, policy, executor = _start(ros_context, dict(parameter_overrides=_params(
+        mode="realtime", checkpoint=str(tiny_checkpoint))))
+    disable = feed.create_client(Trigger, "policy_node/disable")
+    enable = feed.create_client(Trigger, "policy_node/enable")
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: policy.episode is not None, timeout=10)
+            _run_feed(executor, feed, 0.6)
+            assert feed.arm
+            assert disable.call(Trigger.Request(), timeout_sec=5).success
+            count = len(feed.arm)
+            _run_feed(executor, feed, 0.6)
+            assert len(feed.arm) <= count + 1  # at most one tick that was already under way
+            assert policy.state == "disabled"
+            assert enable.call(Trigger.Request(), timeout_sec=5).success
+            count = len(feed.arm)
+            _run_feed(executor, feed, 0.6)
+            assert len(feed.arm) > count + 10
+    finally:
+        policy.destroy_node()
+        feed.destroy_node()
