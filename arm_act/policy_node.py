@@ -38,7 +38,7 @@ class PolicyNode(ControllerNode):
         declare("checkpoint", "")
         declare("execution", "ensemble")
         declare("ensemble_m", 0.1)
-        declare("torch_threads", 2)
+        declare("torch_threads", 1)
         declare("backend", "torch")
         declare("stale_timeout", 0.5)
         declare("max_joint_speed", 3.0)
