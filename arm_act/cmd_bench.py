@@ -42,6 +42,7 @@ def configure(parser) -> None:
     parser.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
                         help="inference backend for the loop and the node (auto: the faster by p50)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument("--label", default=None, help="a name for this run in the JSON (e.g. before, after)")
     parser.add_argument("--no-ros", action="store_true", help="skip the DDS run (its fields are null)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the DDS run")
     parser.add_argument("--arrangement", choices=("processes", "single"), default="processes",
@@ -124,6 +125,8 @@ def run(args) -> int:
         raise CommandError(str(exc)) from None
     except RuntimeError as exc:  # a node that failed to start, or --backend onnx unavailable
         raise CommandError(str(exc)) from None
+    report["label"] = args.label
+    report["policy_arrangement"] = args.arrangement
     text = json.dumps(report, indent=2)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

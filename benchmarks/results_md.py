@@ -14,6 +14,7 @@ from pathlib import Path
 ROWS = [
     (None, "Machine", None),
     ("matmul_peak_gflops", "float32 matmul peak (GFLOP/s, policy's threads)", "{:.1f}"),
+    ("policy_arrangement", "node arrangement over DDS", "{}"),
     (None, "Batch-1 inference (both cameras -> chunk)", None),
     ("inference_backend", "backend measured for the loop and the node", "{}"),
     ("inference_ms_p50", "inference p50 (ms), that backend", "{:.2f}"),
@@ -87,7 +88,8 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     reports = [json.loads(Path(path).read_text()) for path in argv]
-    names = [f"backend {r['inference_backend']}" for r in reports]
+    names = [f"{r.get('label') or 'backend ' + r['inference_backend']} ({r['machine']['threads']} thread(s), "
+             f"{r['inference_backend']})" for r in reports]
     print(render(reports, names))
     return 0
 
