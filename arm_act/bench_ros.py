@@ -183,7 +183,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
 
 
 class _InProcess:
-    """sim_node + policy_node composed in this process (one MultiThreadedExecutor on their
+    """sim_node + policy_node composed in this process (one SingleThreadedExecutor on their
     own context), the arrangement the demo does NOT use: to measure why (README)."""
 
     def __init__(self, domain: int):
@@ -194,7 +194,7 @@ class _InProcess:
         self.nodes, self.executor, self.thread = [], None, None
 
     def start(self, sim_params: dict, policy_params: dict) -> None:
-        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.executors import SingleThreadedExecutor
         from rclpy.parameter import Parameter
 
         from arm_act.policy_node import PolicyNode
@@ -205,7 +205,7 @@ class _InProcess:
 
         self.nodes = [PolicyNode(context=self.context, parameter_overrides=overrides(policy_params)),
                       SimNode(context=self.context, parameter_overrides=overrides(sim_params))]
-        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
         for node in self.nodes:
             self.executor.add_node(node)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)

@@ -51,7 +51,7 @@ def _raise_interrupt(signum, frame):
 
 def run(args) -> int:
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
 
     from arm_act.demo_viewer import DemoViewer, open_view
 
@@ -73,7 +73,7 @@ def run(args) -> int:
     rclpy.init(args=None, domain_id=int(env.get("ROS_DOMAIN_ID", "0")))
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the children too
     viewer = DemoViewer(episodes=args.episodes)
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = SingleThreadedExecutor()
     executor.add_node(viewer)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()

@@ -257,6 +257,7 @@ class PolicyNode(ControllerNode):
                 "observation_age_ms": f"{(now - newest) / 1e6:.1f}" if newest >= 0 else "nan",
                 "ticks_without_fresh_chunk": str(self.stats["ticks_without_chunk"]),
                 "deadline_misses": str(self.stats["deadline_misses"]),
+                "missed_ticks": str(self.missed_ticks),
                 "inference_failures": str(self.stats["inference_failures"]),
                 "rejected_images": str(self.stats["rejected_images"]),
                 "chunks": str(self.chunk_count),
@@ -280,7 +281,7 @@ class PolicyNode(ControllerNode):
 def main(args=None):
     from arm_act.node_main import spin_node
 
-    spin_node(PolicyNode, args, threads=3)
+    spin_node(PolicyNode, args)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def test_demo_headless_writes_its_video(pipeline, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "arm_act.cli", "demo", "--episodes", "1", "--checkpoint", str(ckpt),
          "--video", str(video), "--domain-id", str(60 + os.getpid() % 40), "--real-time-factor", "1",
-         "--time-limit", "2", "--record", str(tmp_path / "bag")],
+         "--time-limit", "4", "--record", str(tmp_path / "bag")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
     )
     assert out.returncode == 0, out.stdout + out.stderr

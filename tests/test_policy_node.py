@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
@@ -151,7 +151,8 @@ def _diag(feed, key):
 def _start(ros_context, policy_kwargs):
     feed = FeedNode(ros_context)
     policy = PolicyNode(context=ros_context, **policy_kwargs)
-    executor = MultiThreadedExecutor(num_threads=4, context=ros_context)
+    # The executor node_main uses: rclpy's MultiThreadedExecutor misses ticks at 100 Hz /clock.
+    executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(feed)
     executor.add_node(policy)
     return feed, policy, executor
