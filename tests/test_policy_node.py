@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
@@ -50,7 +50,7 @@ def test_lockstep_over_ros_equals_in_process(ros_context, tiny_checkpoint):
     sim = SimNode(context=ros_context, parameter_overrides=_params(mode="lockstep", episodes=1, seed=4, episode_time_limit=1.0))
     policy = PolicyNode(context=ros_context, parameter_overrides=_params(
         mode="lockstep", checkpoint=str(tiny_checkpoint), latency_ticks=1, torch_threads=1))
-    executor = MultiThreadedExecutor(num_threads=4, context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
     for node in (probe, sim, policy):
         executor.add_node(node)
     try:

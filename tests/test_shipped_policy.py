@@ -3,7 +3,7 @@ of sim_node + policy_node in lockstep over DDS follows the in-process runtime ti
 (same joint states, bit for bit, and the same outcome)."""
 import numpy as np
 import pytest
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -46,7 +46,7 @@ def test_shipped_policy_lockstep_episode_over_ros_matches_in_process(ros_context
         Parameter("episode_time_limit", value=TIME_LIMIT)])
     policy = PolicyNode(context=ros_context, parameter_overrides=params + [
         Parameter("latency_ticks", value=1), Parameter("torch_threads", value=1)])
-    executor = MultiThreadedExecutor(num_threads=3, context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
     for node in (probe, sim, policy):
         executor.add_node(node)
     try:

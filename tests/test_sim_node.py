@@ -2,7 +2,7 @@
 bit-for-bit determinism, agreement with the in-process rollout, bad commands, services."""
 import numpy as np
 import pytest
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
@@ -25,7 +25,7 @@ def _run_lockstep(context, episodes=1, seed=0, blocks="2-5"):
     probe = Node("probe", context=context)
     positions = []
     probe.create_subscription(JointState, "joint_states", lambda m: positions.append(list(m.position)), 100)
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
+    executor = SingleThreadedExecutor(context=context)
     for node in (sim, expert, probe):
         executor.add_node(node)
     try:
@@ -71,7 +71,7 @@ def test_bad_commands_are_rejected_and_the_arm_holds(ros_context):
     client.create_subscription(JointState, "joint_states", lambda m: states.append(np.array(m.position)), 10)
     client.create_subscription(Image, "camera/front/image_raw", images.append, 10)
     pause = client.create_client(Trigger, "sim_node/pause")
-    executor = MultiThreadedExecutor(num_threads=3, context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(sim)
     executor.add_node(client)
     try:
