@@ -15,13 +15,13 @@ from std_msgs.msg import Float64MultiArray, String
 
 from arm_act import conversions as conv
 from arm_act.policy_node import PolicyNode
-from arm_act.sim_node import SimNode
 from policy.checkpoint import save_checkpoint
 from policy.config import PolicyConfig
 from policy.model import ACTPolicy
 from policy.normalizer import Normalizer
 from policy.runtime import PolicyRuntime
-from tests.conftest import spin_until, spinning, wait_for
+from tests.conftest import spinning, wait_for
+from tests.lockstep_pair import run_lockstep_pair
 
 
 @pytest.fixture(scope="module")
@@ -39,38 +39,8 @@ def _params(**values):
 
 
 def test_lockstep_over_ros_equals_in_process(ros_context, tiny_checkpoint):
-    from arm_act.policy_eval import PolicyAgent
-    from sim import ArmEnv, SimConfig
-    from sim.rollout import run_episode
-
-    probe = Node("probe", context=ros_context)
-    states = {}
-    probe.create_subscription(JointState, "joint_states",
-                              lambda m: states.setdefault(conv.stamp_to_ns(m.header.stamp), np.array(m.position)), 100)
-    sim = SimNode(context=ros_context, parameter_overrides=_params(mode="lockstep", episodes=1, seed=4, episode_time_limit=1.0))
-    policy = PolicyNode(context=ros_context, parameter_overrides=_params(
-        mode="lockstep", checkpoint=str(tiny_checkpoint), latency_ticks=1, torch_threads=1))
-    executor = SingleThreadedExecutor(context=ros_context)
-    for node in (probe, sim, policy):
-        executor.add_node(node)
-    try:
-        assert spin_until(executor, lambda: sim.finished, timeout=60)
-    finally:
-        for node in (probe, sim, policy):
-            node.destroy_node()
-        executor.shutdown()
-    (info,) = sim.finished
-    env = ArmEnv(SimConfig(episode_time_limit=1.0))
-    trajectory = {}
-    try:
-        # The same torch thread count as the node's gives bit-identical inference.
-        agent = PolicyAgent(PolicyRuntime.from_checkpoint(tiny_checkpoint, threads=1), latency_ticks=1)
-        result = run_episode(env, agent, info.seed, info.n_blocks,
-                             on_tick=lambda o, c: trajectory.setdefault(o.tick, o.joint_state.position.copy()))
-    finally:
-        env.close()
+    info, result, ros, trajectory = run_lockstep_pair(ros_context, tiny_checkpoint, seed=4, time_limit=1.0)
     assert result.status == info.state == "timeout"
-    ros = {info.tick_of(stamp): q for stamp, q in states.items()}  # the probe may miss tick 0
     common = sorted(set(ros) & set(trajectory))
     assert len(common) >= 45
     for tick in common:
