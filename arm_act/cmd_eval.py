@@ -73,6 +73,9 @@ def summarize(results: list[dict], extra: dict) -> dict:
     by_blocks: dict[int, list[bool]] = {}
     for r in results:
         by_blocks.setdefault(r["n_blocks"], []).append(r["success"])
+    grounding = sorted(r["target_error"]["first_cm"] for r in results if "target_error" in r)
+    if grounding:  # where the target head puts the named block at the first camera pair
+        extra = {**extra, "target_error_first_cm_median": grounding[len(grounding) // 2]}
     return {
         **extra,
         "episodes": n,
@@ -147,6 +150,9 @@ def _report(args, results, describe, started) -> int:
               f"in {summary['wall_time_s']:.0f} s")
         for k, v in summary["by_blocks"].items():
             print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
+        if "target_error_first_cm_median" in summary:
+            print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
+                  "from where it is (median, first camera pair)")
     return 0
 
 

@@ -30,7 +30,7 @@ from arm_act.progress import progress_bar
 logger = logging.getLogger(__name__)
 
 # Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: frame_target
 JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + (
     "panda_finger_joint1", "panda_finger_joint2")
 ARM_JOINTS = 7
@@ -39,6 +39,7 @@ GRIPPER_TOPIC = "/gripper_controller/commands"
 JOINT_TOPIC = "/joint_states"
 EPISODE_TOPIC = "/episode"
 TASK_TOPIC = "/task"
+OBJECTS_TOPIC = "/objects"
 # Encodings sensor_msgs/Image may carry that convert losslessly to RGB.
 
 
@@ -62,7 +63,10 @@ class EpisodeArrays:
     frame_ticks (F,) int64: control tick of each frame (0 at the episode's first tick);
     images (F, C, H, W, 3) uint8 RGB in `cameras` order; frame_state (F, 9) float32 joint
     positions at each frame (panda_joint1..7, finger joints 1-2); commands (T, 8) float32:
-    the 7 arm joint targets + gripper opening in force at each control tick.
+    the 7 arm joint targets + gripper opening in force at each control tick;
+    frame_target (F, 3) float32: the named block's position (m, world frame) at each frame
+    from the `objects` topic, NaN where the bag does not say (an auxiliary training target,
+    never a policy input).
     """
 
     bag: str
@@ -78,6 +82,7 @@ class EpisodeArrays:
     images: np.ndarray
     frame_state: np.ndarray
     commands: np.ndarray
+    frame_target: np.ndarray
 
     @property
     def n_frames(self) -> int:
@@ -89,6 +94,18 @@ class EpisodeArrays:
 
 
 # ---------------------------------------------------------------- one bag
+def _target_position(msg, instruction_words: set[str]) -> np.ndarray | None:
+    """The position of the block whose colour the instruction names, from an `objects`
+    MarkerArray (ns = kind, text = "name|colour"); None when no single block matches."""
+    found = [m for m in msg.markers if m.ns == "block"
+             and str(m.text).partition("|")[2] in instruction_words]
+    if len(found) != 1:
+        return None
+    p = found[0].pose.position
+    position = np.array([p.x, p.y, p.z], dtype=np.float64)
+    return position if np.all(np.isfinite(position)) else None
+
+
 def _stamp_ns(header) -> int:
     return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
 
@@ -181,12 +198,15 @@ def extract_episode(bag_dir: str | os.PathLike,
     expected = {ARM_TOPIC: ARM_JOINTS, GRIPPER_TOPIC: 1}
     frames: dict[str, dict[int, np.ndarray]] = {c: {} for c in cameras}
     topic_camera = {image_topic(c): c for c in cameras}
+    objects: list[tuple[int, object]] = []  # (stamp, MarkerArray), decoded after the instruction is known
     try:
-        for topic, stamp, msg in read_bag(bag, required + [TASK_TOPIC]):
+        for topic, stamp, msg in read_bag(bag, required + [TASK_TOPIC, OBJECTS_TOPIC]):
             if topic == EPISODE_TOPIC:
                 episodes.append(_episode_json(msg, bag))
             elif topic == TASK_TOPIC:
                 task = str(msg.data)
+            elif topic == OBJECTS_TOPIC:
+                objects.append((int(stamp), msg))  # MarkerArray has no header: the bag stamp
             elif topic == JOINT_TOPIC:
                 joint_stamps.append(_stamp_ns(msg.header))
                 joint_values.append(_joint_positions(msg, bag))
@@ -262,15 +282,16 @@ def extract_episode(bag_dir: str | os.PathLike,
     frame_state = np.stack(joint_values)[js_order][chosen].astype(np.float32)  # (F, 9)
 
     custom = info.custom_data
+    instruction = custom.get("instruction") or first["instruction"] or task or ""
+    if not instruction:
+        raise DatasetError(f"{bag}: no instruction (custom_data, {EPISODE_TOPIC} and "
+                           f"{TASK_TOPIC} lack one)")
+    frame_target = _frame_targets(objects, stamp_array, set(instruction.split()))
     status = custom.get("status", last["state"])
     if custom.get("success") in ("true", "false"):
         success = custom["success"] == "true"
     else:
         success = last["state"] == "success"
-    instruction = custom.get("instruction") or first["instruction"] or task or ""
-    if not instruction:
-        raise DatasetError(f"{bag}: no instruction (custom_data, {EPISODE_TOPIC} and "
-                           f"{TASK_TOPIC} lack one)")
 
     def as_int(key: str, fallback: int) -> int:
         try:
@@ -283,7 +304,25 @@ def extract_episode(bag_dir: str | os.PathLike,
         seed=as_int("seed", first["seed"]), n_blocks=as_int("n_blocks", first["n_blocks"]),
         control_rate=rate, camera_rate=first["camera_rate"], cameras=cameras,
         frame_ticks=frame_ticks, images=images, frame_state=frame_state,
-        commands=command_array)
+        commands=command_array, frame_target=frame_target)
+
+
+def _frame_targets(objects: list[tuple[int, object]], frame_stamps: np.ndarray,
+                   instruction_words: set[str]) -> np.ndarray:
+    """(F, 3) float32: the named block's position in the latest `objects` message at or
+    before each frame stamp; NaN rows where there is none or it names no single block."""
+    out = np.full((len(frame_stamps), 3), np.nan, dtype=np.float32)
+    if not objects:
+        return out
+    objects = sorted(objects, key=lambda item: item[0])
+    stamps = np.array([s for s, _ in objects], dtype=np.int64)
+    chosen = np.searchsorted(stamps, frame_stamps, side="right") - 1
+    for i, j in enumerate(chosen):
+        if j >= 0:
+            position = _target_position(objects[j][1], instruction_words)
+            if position is not None:
+                out[i] = position
+    return out
 
 
 # ---------------------------------------------------------------- finding bags
@@ -330,7 +369,7 @@ def cache_path(cache_dir: Path, bag: Path, cameras: Sequence[str]) -> Path:
     return Path(cache_dir) / f"{bag.name}-{key}.npz"
 
 
-_ARRAY_FIELDS = ("frame_ticks", "images", "frame_state", "commands")
+_ARRAY_FIELDS = ("frame_ticks", "images", "frame_state", "commands", "frame_target")
 
 
 def _save_cache(path: Path, episode: EpisodeArrays, fingerprint: str) -> None:

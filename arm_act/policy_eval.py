@@ -22,7 +22,9 @@ class PolicyAgent:
     """sim.rollout agent around a PolicyRuntime."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
-                 control_rate: float = 50.0, max_joint_speed: float = 3.0):
+                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None):
+        """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
+        the named block on the video (optional)."""
         from policy.runtime import CommandLimiter
 
         if latency_ticks < 0:
@@ -36,9 +38,13 @@ class PolicyAgent:
         self._hold = None
         self.chunks = 0
         self.last_chunk: np.ndarray | None = None
+        self.project = project
+        # Distance (m) between the target head's guess and the named block, per camera pair.
+        self.target_errors: list[float] = []
 
     def reset(self, obs) -> None:
         self.runtime.reset()
+        self.target_errors.clear()
         self._pending.clear()
         position = obs.joint_state.position
         self._hold = (position[:7].copy(), float(position[7]))
@@ -53,10 +59,16 @@ class PolicyAgent:
             self._pending.append((obs.tick + self.latency_ticks, obs.tick, pred.actions))
             self.chunks += 1
             self.last_chunk = pred.actions
+            truth = named_block_position(obs.objects, obs.instruction)
+            if pred.target is not None and truth is not None:
+                self.target_errors.append(float(np.linalg.norm(pred.target - truth)))
             if self.video is not None:
+                marks = None
+                if pred.target is not None and self.project is not None:
+                    marks = {name: self.project(name, pred.target[None])[0] for name in obs.images}
                 self.video.write(compose_frame(
                     obs.images, pred.attention, obs.instruction, f"chunk {self.chunks}",
-                    self._hold[1], float(obs.joint_state.position[7]), obs.time))
+                    self._hold[1], float(obs.joint_state.position[7]), obs.time, marks=marks))
         ready = [p for p in self._pending if p[0] <= obs.tick]
         self._pending = [p for p in self._pending if p[0] > obs.tick]
         for _, start, chunk in ready:
@@ -66,6 +78,22 @@ class PolicyAgent:
             self._hold = self.limiter(*action)
         arm, gripper = self._hold
         return Command(np.asarray(arm, dtype=np.float64), float(gripper))
+
+
+    def grounding(self) -> dict | None:
+        """The target head's error (cm) at the first camera pair and its median over the
+        episode; None without a target head."""
+        if not self.target_errors:
+            return None
+        return {"first_cm": round(100 * self.target_errors[0], 2),
+                "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
+
+
+def named_block_position(objects, instruction: str) -> np.ndarray | None:
+    """The position of the block whose colour the instruction names, if exactly one does."""
+    words = set(instruction.split())
+    found = [o for o in objects if o.kind == "block" and o.colour in words]
+    return np.asarray(found[0].position, dtype=np.float64) if len(found) == 1 else None
 
 
 def make_policy_runner_factory(args, sim_config, checkpoint: Path):
@@ -101,7 +129,8 @@ def make_policy_runner_factory(args, sim_config, checkpoint: Path):
             if args.video is not None:
                 video = VideoWriter(Path(args.video) / f"episode_{spec.seed}.mp4", fps=sim_config.camera_rate_hz)
             agent = PolicyAgent(runtime, latency_ticks, video=video, control_rate=sim_config.control_rate_hz,
-                                max_joint_speed=args.max_joint_speed)
+                                max_joint_speed=args.max_joint_speed,
+                                project=lambda camera, points: env.camera(camera).project(points))
             recorder = None
             if args.bags is not None:
                 from arm_act.recording import EpisodeBagRecorder
@@ -115,7 +144,10 @@ def make_policy_runner_factory(args, sim_config, checkpoint: Path):
                     video.close()
             if recorder is not None:
                 recorder.finish(result)
-            return episode_record(result)
+            record = episode_record(result)
+            if agent.grounding() is not None:
+                record["target_error"] = agent.grounding()
+            return record
 
     describe = {
         "checkpoint": str(checkpoint),

@@ -31,9 +31,16 @@ def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCA
 
 def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray] | None, instruction: str,
                   status: str, gripper_command: float | None, gripper_actual: float | None,
-                  time_s: float) -> np.ndarray:
-    """One RGB frame: the cameras side by side with attention, and a caption bar."""
+                  time_s: float, marks: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """One RGB frame: the cameras side by side with attention, and a caption bar. marks:
+    {camera: (u, v) pixel} drawn as a cyan cross (where the policy thinks the named block is)."""
     panels = [attention_overlay(rgb, attention.get(name) if attention else None) for name, rgb in images.items()]
+    for name, panel in zip(images, panels):
+        uv = (marks or {}).get(name)
+        if uv is not None and np.all(np.isfinite(uv)):
+            u, v = (int(round(c * SCALE)) for c in uv)
+            if 0 <= u < panel.shape[1] and 0 <= v < panel.shape[0]:
+                cv2.drawMarker(panel, (u, v), (0, 255, 255), cv2.MARKER_CROSS, 18, 2, cv2.LINE_AA)
     row = np.concatenate(panels, axis=1)
     caption = np.full((64, row.shape[1], 3), 30, np.uint8)
     font = cv2.FONT_HERSHEY_SIMPLEX

@@ -40,6 +40,11 @@ class PolicyConfig:
     pre_ln: bool = True
     decoder_rope: bool = False  # rotary positions in the action queries' self-attention
     max_instruction_tokens: int = 8
+    # Weight of the auxiliary loss that asks the encoder's instruction tokens where the named
+    # block is (its position from the demonstration bags; never an input). 0 = no such head.
+    # It gives the instruction->patch attention a direct gradient, which the action loss
+    # alone provides only weakly (see README, "Training your own policy").
+    target_weight: float = 0.0
     vocab: tuple[str, ...] = field(default_factory=default_vocab)
 
     def __post_init__(self) -> None:
@@ -77,8 +82,9 @@ class PolicyConfig:
                 raise ValueError(f"camera name {cam!r} must be a non-empty string")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
-        if not float(self.kl_weight) >= 0.0:
-            raise ValueError(f"kl_weight={self.kl_weight!r} must be >= 0")
+        for name in ("kl_weight", "target_weight"):
+            if not float(getattr(self, name)) >= 0.0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
         validate_vocab(self.vocab)
 
     # Derived sizes -----------------------------------------------------------------------

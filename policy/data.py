@@ -114,7 +114,8 @@ class ChunkDataset:
     A batch holds images (B, C, 3, H, W) float in [0, 1]; state (B, S) normalised;
     instruction_ids (B, L) long and instruction_mask (B, L) bool; actions (B, K, A): the
     normalised commands of ticks c .. c+K-1 for a frame at tick c, padded past the
-    episode's end with its last command; action_mask (B, K) bool, False on padding.
+    episode's end with its last command; action_mask (B, K) bool, False on padding;
+    target (B, 3) float: the named block's position (m), NaN where the episode lacks it.
     """
 
     def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer):
@@ -140,6 +141,10 @@ class ChunkDataset:
         self.episode_of = torch.from_numpy(episode_of)  # (N,)
         self.action_start = torch.from_numpy(offsets[episode_of] + frame_ticks)  # (N,)
         self.action_end = torch.from_numpy((offsets + np.asarray(ticks))[episode_of])  # (N,)
+        # The named block's position per frame (auxiliary target; NaN where unknown).
+        target = [np.asarray(getattr(e, "frame_target", np.full((n, 3), np.nan)), np.float32)
+                  for e, n in zip(episodes, frames)]
+        self.target = torch.from_numpy(np.concatenate(target))  # (N, 3) m
         tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
         ids, mask = tokenizer.encode_batch([e.instruction for e in episodes])
         self.instruction_ids, self.instruction_mask = ids, mask  # (E, L)
@@ -174,4 +179,5 @@ class ChunkDataset:
             "instruction_mask": self.instruction_mask[episode],  # (B, L)
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
             "action_mask": tick < end,  # (B, K)
+            "target": self.target[index],  # (B, 3) m, NaN where unknown
         }

@@ -69,12 +69,19 @@ class TokenLayout:
         return self.cameras.index(camera)
 
 
+# The named block's position (m, world frame) is predicted as (p - TARGET_CENTRE) / TARGET_SCALE,
+# about unit range over the task's block region and the box.
+TARGET_CENTRE = (0.45, 0.0, 0.05)
+TARGET_SCALE = 0.1
+
+
 @dataclass
 class PolicyOutput:
     actions: torch.Tensor  # (B, K, A) normalised
     mu: torch.Tensor | None  # (B, latent) CVAE posterior mean, when actions were given
     logvar: torch.Tensor | None  # (B, latent)
     cross_attention: torch.Tensor | None  # (B, heads, K, N) last decoder layer, if asked
+    target: torch.Tensor | None = None  # (B, 3) named block's position (m), with a target head
 
 
 class CVAEEncoder(nn.Module):
@@ -134,6 +141,10 @@ class ACTPolicy(nn.Module):
         self.decoder = Decoder(config.decoder_layers, d, config.heads, config.mlp_ratio,
                                config.dropout, config.pre_ln, rope)
         self.head = nn.Linear(d, config.action_dim)
+        # Auxiliary: where is the named block? Read from the instruction tokens' encoder
+        # outputs, so binding the instruction to the image happens in the encoder.
+        self.target_head = nn.Linear(d, 3) if config.target_weight > 0 else None
+        self.register_buffer("target_centre", torch.tensor(TARGET_CENTRE), persistent=False)
 
     def tokenizer(self) -> InstructionTokenizer:
         return InstructionTokenizer(self.config.vocab, self.config.max_instruction_tokens)
@@ -184,7 +195,13 @@ class ACTPolicy(nn.Module):
         memory = self.encoder(x, mask)  # (B, N, D)
         queries = self.action_queries.expand(b, -1, -1)  # (B, K, D)
         h, weights = self.decoder(queries, memory, mask, need_weights=need_weights)  # (B, K, D)
-        return PolicyOutput(self.head(h), mu, logvar, weights)  # actions (B, K, A)
+        target = None
+        if self.target_head is not None:
+            words = memory[:, self.layout.instruction]  # (B, L, D)
+            w = instruction_mask.to(words.dtype)[..., None]  # (B, L, 1)
+            pooled = (words * w).sum(dim=1) / w.sum(dim=1).clamp_min(1.0)  # (B, D)
+            target = self.target_head(pooled) * TARGET_SCALE + self.target_centre  # (B, 3) m
+        return PolicyOutput(self.head(h), mu, logvar, weights, target)  # actions (B, K, A)
 
     def loss(self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -203,7 +220,11 @@ class ACTPolicy(nn.Module):
         if out.mu is not None:
             kl = kl_divergence(out.mu, out.logvar)
             parts["kl"] = kl.detach()
-            loss = l1 + self.config.kl_weight * kl
+            loss = loss + self.config.kl_weight * kl
+        if out.target is not None and "target" in batch:
+            err = target_error(out.target, batch["target"])
+            parts["target_cm"] = (err * 100.0).detach()
+            loss = loss + self.config.target_weight * err / TARGET_SCALE
         return loss, parts
 
     def _check_inputs(self, images, state, ids, ids_mask, actions, action_mask) -> None:
@@ -245,6 +266,15 @@ def chunk_l1(pred: torch.Tensor, target: torch.Tensor,
         return err.mean()
     w = valid.to(err.dtype)[..., None]  # (B, K, 1)
     return (err * w).sum() / (w.sum() * err.shape[-1]).clamp_min(1.0)
+
+
+def target_error(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean absolute error (m, per coordinate) of the predicted block position over the rows
+    whose target is known (NaN rows are skipped); 0 when none is. pred, target (B, 3)."""
+    known = torch.isfinite(target).all(dim=-1)  # (B,)
+    if not bool(known.any()):
+        return pred.sum() * 0.0  # keeps the graph (and every grad defined)
+    return (pred[known] - target[known]).abs().mean()
 
 
 def kl_divergence(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:

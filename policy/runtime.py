@@ -120,6 +120,7 @@ class ChunkPrediction:
     actions: np.ndarray  # (K, A) unnormalised: 7 joint targets (rad) + gripper opening (m)
     latency_s: float  # wall time of the forward pass
     attention: dict[str, np.ndarray] | None  # {camera: (grid, grid)} mean cross-attention
+    target: np.ndarray | None = None  # (3,) where the target head places the named block (m)
 
 
 class PolicyRuntime:
@@ -205,12 +206,14 @@ class PolicyRuntime:
         pixels, state = self.preprocess(images, joint_position)
         ids, ids_mask = self._instruction_tokens(instruction)
         start = time.perf_counter()
-        cross_attention = None
+        cross_attention = target = None
         if self._onnx is not None and not need_attention:
             normalised = self._onnx(pixels, state, ids, ids_mask)  # (1, K, A)
         else:
             out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
             normalised, cross_attention = out.actions, out.cross_attention
+            if out.target is not None:
+                target = out.target[0].double().numpy()  # (3,) m
         latency = time.perf_counter() - start
         actions = self.normalizer.unnormalize_action(normalised[0].double().numpy())  # (K, A)
         if not np.all(np.isfinite(actions)):
@@ -219,7 +222,7 @@ class PolicyRuntime:
         if need_attention and cross_attention is not None:
             mean = cross_attention[0].mean(dim=(0, 1))  # (N,) over heads and queries
             attention = {k: v.numpy() for k, v in self.model.layout.patch_grids(mean).items()}
-        return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention)
+        return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention, target)
 
     def add_chunk(self, start_tick: int, actions: np.ndarray) -> None:
         self.executor.add_chunk(start_tick, actions)

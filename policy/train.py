@@ -31,7 +31,7 @@ from policy.budget import torch_threads
 from policy.checkpoint import CheckpointError, read_config, save_checkpoint
 from policy.config import PolicyConfig
 from policy.data import ChunkDataset, fit_normalizer, split_episodes
-from policy.model import ACTPolicy, chunk_l1
+from policy.model import ACTPolicy, chunk_l1, target_error
 from policy.normalizer import Normalizer
 from policy.train_config import TrainConfig, lr_at
 from policy.train_state import (
@@ -71,12 +71,15 @@ def data_fingerprint(episodes: Sequence) -> str:
 
 @torch.no_grad()
 def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
-             batch_size: int) -> float:
+             batch_size: int) -> dict[str, float | None]:
     """Chunk L1 (normalised units) over the samples `index`, predicted as the runtime
-    does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0."""
+    does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0; with a
+    target head also its error in cm (mean |error| per coordinate), else None.
+    -> {"l1": ..., "target_cm": ...}"""
     was_training = model.training
     model.eval()
     total = count = 0.0
+    target_total = target_count = 0.0
     try:
         for start in range(0, len(index), batch_size):
             batch = dataset.batch(index[start:start + batch_size])
@@ -85,20 +88,29 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
             valid = float(batch["action_mask"].sum()) * out.actions.shape[-1]
             total += float(chunk_l1(out.actions, batch["actions"], batch["action_mask"])) * valid
             count += valid
+            if out.target is not None:
+                known = float(torch.isfinite(batch["target"]).all(dim=-1).sum())
+                target_total += float(target_error(out.target, batch["target"])) * known
+                target_count += known
     finally:
         model.train(was_training)
-    return total / max(count, 1.0)
+    target_cm = 100.0 * target_total / target_count if target_count else None
+    return {"l1": total / max(count, 1.0), "target_cm": target_cm}
 
 
 def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
-    """Train and val L1 over steps (log scale; KL on a second axis for the CVAE) as a PNG,
-    drawn on an Agg canvas (no display, no pyplot global state)."""
+    """Train and val L1 over steps (log scale; KL on a second axis for the CVAE) and, with a
+    target head, the named block's position error in a second panel, as a PNG drawn on an
+    Agg canvas (no display, no pyplot global state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4), dpi=110)
+    target = {part: [(p["step"], p["target_cm"]) for p in history[part] if "target_cm" in p]
+              for part in ("train", "val")}
+    panels = 2 if target["train"] or target["val"] else 1
+    fig = Figure(figsize=(7 * panels, 4), dpi=110)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    ax = fig.add_subplot(1, panels, 1)
     if history["train"]:
         points = [(p["step"], p["l1"]) for p in history["train"]]
         ax.plot(*zip(*points), lw=1, marker="." if len(points) < 50 else None, label="train L1")
@@ -117,6 +129,17 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper right")
+    if panels == 2:
+        bx = fig.add_subplot(1, 2, 2)
+        for part, style in (("train", "-"), ("val", "o-")):
+            if target[part]:
+                bx.plot(*zip(*target[part]), style, lw=1, ms=3, label=f"{part}")
+        bx.set_yscale("log")
+        bx.set_xlabel("step")
+        bx.set_ylabel("cm (mean |error| per coordinate)")
+        bx.set_title("where is the named block? (auxiliary head)")
+        bx.grid(True, which="both", alpha=0.3)
+        bx.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path)
 
@@ -185,7 +208,7 @@ class _Trainer:
             val_gen = torch.Generator().manual_seed(tcfg.seed + 1)
             self.val_index = torch.randperm(len(val_set), generator=val_gen)[:tcfg.val_samples]
         self.history: dict[str, list] = {"train": [], "val": []}
-        self.window = {"l1": 0.0, "kl": 0.0, "n": 0}  # training losses since the last log
+        self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "n": 0}  # losses since the last log
         self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
         self.phase = "idle"  # "prepare" (weights untouched) and "update" inside train_step
         self.started = time.perf_counter()
@@ -200,7 +223,7 @@ class _Trainer:
             self.sampler.order = saved.tensors["sampler.order"].clone()
             self.sampler.pos = int(st["sampler_pos"])
             self.step, self.history = int(st["step"]), st["history"]
-            self.window = dict(st.get("loss_window", self.window))
+            self.window = {**self.window, **st.get("loss_window", {})}
             self.train_time = float(st.get("train_time_s", 0.0))
             self.wall_before = float(st.get("wall_time_s", 0.0))
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
@@ -267,17 +290,23 @@ class _Trainer:
         w = self.window
         w["l1"] += values["l1"]
         w["kl"] += values.get("kl", 0.0)
+        w["target_cm"] += values.get("target_cm", 0.0)
         w["n"] += 1
         if self.step % self.tcfg.log_every == 0 or force:
-            self.history["train"].append({
-                "step": self.step, "l1": w["l1"] / w["n"], "lr": values["lr"],
-                "kl": w["kl"] / w["n"] if self.cfg.use_cvae else None})
-            self.window = {"l1": 0.0, "kl": 0.0, "n": 0}
+            point = {"step": self.step, "l1": w["l1"] / w["n"], "lr": values["lr"],
+                     "kl": w["kl"] / w["n"] if self.cfg.use_cvae else None}
+            if self.cfg.target_weight > 0:
+                point["target_cm"] = w["target_cm"] / w["n"]
+            self.history["train"].append(point)
+            self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "n": 0}
 
     def validate(self) -> float:
-        l1 = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size)
-        self.history["val"].append({"step": self.step, "l1": l1})
-        return l1
+        result = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size)
+        point = {"step": self.step, "l1": result["l1"]}
+        if result["target_cm"] is not None:
+            point["target_cm"] = result["target_cm"]
+        self.history["val"].append(point)
+        return result["l1"]
 
     def run(self, end: int, progress: bool) -> None:
         """Train up to step `end`, checkpointing as configured and at `end`."""
@@ -299,10 +328,12 @@ class _Trainer:
                 if self.step % tcfg.checkpoint_every == 0 or self.step == end:
                     self.save_state()
                 if self.step % tcfg.val_every == 0:
-                    logger.info("step %d/%d  train L1 %.4f  val L1 %s  lr %.2e  %.1f samples/s",
+                    target = self.history["val"][-1].get("target_cm") if self.history["val"] else None
+                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s  lr %.2e  %.1f samples/s",
                                 self.step, tcfg.steps, values["l1"],
-                                "-" if last_val is None else f"{last_val:.4f}", values["lr"],
-                                self.samples_per_s)
+                                "-" if last_val is None else f"{last_val:.4f}",
+                                "" if target is None else f"  val target error {target:.1f} cm",
+                                values["lr"], self.samples_per_s)
                 bar.update(1)
                 bar.set_postfix_str(
                     f"loss {values['loss']:.4f}"
@@ -341,7 +372,8 @@ class _Trainer:
             "samples_per_s": round(self.samples_per_s, 2),
             "final": {"train_l1": h["train"][-1]["l1"] if h["train"] else None,
                       "train_kl": h["train"][-1].get("kl") if h["train"] else None,
-                      "val_l1": h["val"][-1]["l1"] if h["val"] else None},
+                      "val_l1": h["val"][-1]["l1"] if h["val"] else None,
+                      "val_target_cm": h["val"][-1].get("target_cm") if h["val"] else None},
             "torch": torch.__version__,
         }
 

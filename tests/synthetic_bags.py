@@ -5,6 +5,7 @@ Values encode where they come from, so alignment is checkable by eye:
   joint state of tick k: position[j] = k + j / 100
   arm command of tick k: data[j] = 1000 + k + j / 100;  gripper command: 0.001 * (k % 40)
   camera image of tick k: every pixel of camera c equals (k + 50 * c) % 256
+  objects of tick k: the red block (the instruction's) at target_position(k), a green one
 """
 from __future__ import annotations
 
@@ -57,6 +58,33 @@ def pixel(k: int, camera_index: int) -> int:
     return (k + 50 * camera_index) % 256
 
 
+def target_position(k: int) -> np.ndarray:
+    return np.array([0.4 + k / 1000.0, 0.1, 0.02])
+
+
+def objects_msg(k: int):
+    t = _types()
+
+    def marker(index: int, colour: str, position) -> object:
+        pose = t["geometry_msgs/msg/Pose"](
+            position=t["geometry_msgs/msg/Point"](x=position[0], y=position[1], z=position[2]),
+            orientation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0))
+        return t["visualization_msgs/msg/Marker"](
+            header=_header(0), ns="block", id=index, type=1, action=0, pose=pose,
+            scale=t["geometry_msgs/msg/Vector3"](x=0.04, y=0.04, z=0.04),
+            color=t["std_msgs/msg/ColorRGBA"](r=1.0, g=0.0, b=0.0, a=1.0),
+            lifetime=t["builtin_interfaces/msg/Duration"](sec=0, nanosec=0), frame_locked=False,
+            points=[], colors=[], texture_resource="",
+            texture=t["sensor_msgs/msg/CompressedImage"](
+                header=_header(0), format="", data=np.zeros(0, np.uint8)),
+            uv_coordinates=[], text=f"block_{index}|{colour}", mesh_resource="",
+            mesh_file=t["visualization_msgs/msg/MeshFile"](filename="", data=np.zeros(0, np.uint8)),
+            mesh_use_embedded_materials=False)
+
+    return t["visualization_msgs/msg/MarkerArray"](markers=[
+        marker(0, "green", (0.5, -0.1, 0.02)), marker(1, "red", target_position(k))])
+
+
 def image_msg(ns: int, value: int, size: int, encoding: str = "rgb8"):
     channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "mono8": 1}[encoding]
     data = np.full(size * size * channels, value, dtype=np.uint8)
@@ -102,6 +130,7 @@ def write_demo_bag(path: Path, ticks: int = 30, *, control_rate: int = 50, camer
                 header=_header(ns), name=list(JOINTS), position=pos,
                 velocity=np.zeros(9), effort=np.zeros(9))
             write(writer, "/joint_states", ns, js)
+            write(writer, "/objects", ns, objects_msg(k))
             if k % every == 0:
                 for c, cam in enumerate(cameras):
                     write(writer, f"/camera/{cam}/image_raw", ns,

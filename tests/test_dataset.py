@@ -20,6 +20,7 @@ from synthetic_bags import (
     image_msg,
     joint_position,
     pixel,
+    target_position,
     write_demo_bag,
 )
 
@@ -45,6 +46,26 @@ def test_frames_align_with_the_commands_of_their_tick(tmp_path):
     assert (ep.instruction, ep.success, ep.status, ep.seed, ep.n_blocks) == (
         "put the red block in the box", True, "success", 7, 3)
     assert (ep.control_rate, ep.camera_rate, ep.cameras) == (50, 10, ("front", "wrist"))
+
+
+def test_frames_carry_the_named_blocks_position_as_auxiliary_target(tmp_path):
+    ep = extract_episode(write_demo_bag(tmp_path / "ep", ticks=30))
+    assert ep.frame_target.shape == (6, 3) and ep.frame_target.dtype == np.float32
+    np.testing.assert_allclose(ep.frame_target, np.stack([target_position(k) for k in ep.frame_ticks]),
+                               rtol=1e-6)  # the red block (the instruction's), not the green one
+    config = PolicyConfig(**TINY)
+    batch = ChunkDataset([ep], config, fit_normalizer([ep])).batch(torch.tensor([1, 3]))
+    np.testing.assert_allclose(batch["target"].numpy(), ep.frame_target[[1, 3]])
+
+
+@pytest.mark.parametrize("case", ["no objects topic", "colour not among the blocks"])
+def test_unknown_target_is_nan_not_an_error(tmp_path, case):
+    if case == "no objects topic":
+        bag = write_demo_bag(tmp_path / "ep", skip_topics=("/objects",))
+    else:
+        bag = write_demo_bag(tmp_path / "ep", instruction="put the blue block in the box")
+    ep = extract_episode(bag)
+    assert ep.frame_target.shape == (ep.n_frames, 3) and np.isnan(ep.frame_target).all()
 
 
 def test_chunk_samples_are_the_next_k_commands_padded_with_the_last(tmp_path):

@@ -25,7 +25,7 @@ def pipeline(tmp_path_factory):
     assert cli.main([
         "train", "--data", str(demos), "--out", str(ckpt), "--cache", str(root / "cache"),
         "--config", "width=32", "heads=4", "encoder_layers=1", "chunk_size=10", "steps=4", "batch_size=4",
-        "val_every=2", "checkpoint_every=2", "warmup_steps=1", "augment=false",
+        "val_every=2", "checkpoint_every=2", "warmup_steps=1", "augment=false", "target_weight=1.0",
     ]) == 0
     return root, demos, ckpt
 
@@ -39,7 +39,9 @@ def test_collect_report_train(pipeline, capsys):
     assert all(e["success"] for bag in report["bags"] for e in bag["episodes"])
     for name in ("model.safetensors", "config.json", "normalization.json", "metrics.json"):
         assert (ckpt / name).is_file(), name
-    assert json.loads((ckpt / "metrics.json").read_text())["steps"] == 4
+    metrics = json.loads((ckpt / "metrics.json").read_text())
+    assert metrics["steps"] == 4
+    assert metrics["final"]["val_target_cm"] > 0  # the named block's position came from the bags' objects
 
 
 def test_eval_in_process_with_video_and_bags(pipeline, capsys):
@@ -52,6 +54,9 @@ def test_eval_in_process_with_video_and_bags(pipeline, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["episodes"] == 1 and result["policy"]["latency_ticks"] == 1
     assert 0.0 <= result["ci95"][0] <= result["success_rate"] <= result["ci95"][1] <= 1.0
+    grounding = result["results"][0]["target_error"]
+    assert 0 < grounding["first_cm"] and 0 < grounding["median_cm"]
+    assert result["target_error_first_cm_median"] == grounding["first_cm"]
     (video,) = (root / "video").glob("*.mp4")
     assert video.stat().st_size > 1000
     (bag,) = (root / "bags").iterdir()

@@ -11,7 +11,7 @@ import torch
 
 from policy.budget import torch_threads
 from policy.config import PolicyConfig
-from policy.model import ACTPolicy, TokenLayout, chunk_l1, kl_divergence
+from policy.model import TARGET_SCALE, ACTPolicy, TokenLayout, chunk_l1, kl_divergence, target_error
 from policy.tokens import images_to_tensor, stack_camera_images
 from policy.vocab import COLOURS, PAD, UNK, InstructionTokenizer, build_vocab, default_vocab
 
@@ -51,7 +51,8 @@ def make_batch(config: PolicyConfig, batch: int = 3, seed: int = 0,
             "state": torch.randn(batch, config.state_dim, generator=g, dtype=dtype),
             "instruction_ids": ids, "instruction_mask": mask,
             "actions": torch.randn(batch, k, config.action_dim, generator=g, dtype=dtype),
-            "action_mask": action_mask}
+            "action_mask": action_mask,
+            "target": 0.45 + 0.1 * torch.randn(batch, 3, generator=g, dtype=dtype)}
 
 
 def _obs(batch: dict) -> dict:
@@ -154,6 +155,7 @@ def test_bad_inputs_are_rejected_with_shapes_in_the_message():
 @pytest.mark.parametrize("overrides", [
     dict(use_cvae=True, decoder_layers=3, decoder_rope=True),
     dict(pre_ln=False, decoder_layers=2),
+    dict(target_weight=0.5),
 ])
 def test_every_parameter_receives_a_gradient(overrides):
     # The original ACT built 7 decoder layers but read the first one's output (act#25).
@@ -254,6 +256,29 @@ def test_loss_ignores_padded_steps_and_adds_kl():
     assert chunk_l1(pred, target).item() == 4.0
     assert chunk_l1(pred, target, torch.tensor([[True, False]])).item() == 2.0
     assert kl_divergence(torch.zeros(2, 3), torch.zeros(2, 3)).item() == 0.0
+
+
+def test_target_head_adds_its_weighted_error_and_skips_unknown_targets():
+    cfg = tiny_config(target_weight=0.5)
+    model = make_model(cfg).eval()
+    batch = make_batch(cfg)
+    out = model(**_obs(batch))
+    assert out.target.shape == (3, 3)
+    loss, parts = model.loss(batch)
+    err = (out.target - batch["target"]).abs().mean()
+    torch.testing.assert_close(parts["target_cm"], 100.0 * err)
+    torch.testing.assert_close(loss, parts["l1"] + 0.5 * err / TARGET_SCALE)
+    unknown = batch["target"].clone()
+    unknown[1] = float("nan")
+    _, parts2 = model.loss({**batch, "target": unknown})
+    keep = [0, 2]
+    torch.testing.assert_close(parts2["target_cm"], 100.0 * (out.target[keep] - batch["target"][keep]).abs().mean())
+    none_known = torch.full_like(unknown, float("nan"))
+    assert target_error(out.target, none_known).item() == 0.0
+    # Without the head nothing changes: no output, no term, no parameters.
+    plain = make_model(tiny_config()).eval()
+    assert plain(**_obs(batch)).target is None and "target_cm" not in plain.loss(batch)[1]
+    assert not any(n.startswith("target_head") for n, _ in plain.named_parameters())
 
 
 # Config, vocabulary, image helpers ------------------------------------------------------------

@@ -34,7 +34,8 @@ def episodes(n=3, frames=6, seed=0, size=32):
             frame_ticks=np.arange(frames, dtype=np.int64) * 5,
             images=rng.integers(0, 256, (frames, 2, size, size, 3), dtype=np.uint8),
             frame_state=rng.normal(size=(frames, 9)).astype(np.float32),
-            commands=np.cumsum(rng.normal(size=(ticks, 8)), axis=0).astype(np.float32)))
+            commands=np.cumsum(rng.normal(size=(ticks, 8)), axis=0).astype(np.float32),
+            frame_target=(0.45 + 0.1 * rng.normal(size=(frames, 3))).astype(np.float32)))
     return out
 
 
@@ -98,6 +99,18 @@ def test_outputs_checkpoint_curves_and_metrics(tmp_path):
     assert saved["data"]["val_episodes"] == 1 and saved["final"]["val_l1"] > 0
     assert math.isfinite(metrics["final"]["train_l1"]) and metrics["samples_per_s"] > 0
     assert {"train", "policy", "wall_time_s", "samples_per_s"} <= set(saved)
+
+
+def test_target_head_is_trained_and_reported(tmp_path):
+    out = tmp_path / "ckpt"
+    metrics = train(episodes(), PolicyConfig(**TINY, target_weight=1.0),
+                    TrainConfig(steps=3, **FAST), out, progress=False)
+    model, _, config = load_checkpoint(out)
+    assert config.target_weight == 1.0 and model.target_head is not None
+    assert metrics["final"]["val_target_cm"] > 0
+    history = json.loads((out / "metrics.json").read_text())
+    assert history["final"]["val_target_cm"] == metrics["final"]["val_target_cm"]
+    assert (out / "loss_curves.png").stat().st_size > 1000
 
 
 def test_resume_refuses_another_config_or_other_data(tmp_path):
