@@ -136,6 +136,9 @@ class SimNode(Node):
         self._applied_gripper: float | None = None
         self._ticks_published = 0
         self._last_images: dict[str, np.ndarray] | None = None
+        # Images of the next camera tick, rendered before the realtime wait for that tick so
+        # its observation (and /clock) goes out on time instead of a render later.
+        self._prerendered: tuple[int, dict[str, np.ndarray]] | None = None
         self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
         self._thread.start()
 
@@ -240,6 +243,7 @@ class SimNode(Node):
         """One episode: per control tick, publish the observation, (lockstep) wait for the
         tick's command, apply the newest valid command, step; joint states in between."""
         step = 0
+        self._prerendered = None
         wall_start, sim_start = time.monotonic(), self.sim_time
         while not self._stop.is_set():
             if step % self.steps_per_command == 0:
@@ -271,6 +275,11 @@ class SimNode(Node):
                 self.sim_time += 1.0 / self.control_rate
                 return
             if self.mode == "realtime" and self.real_time_factor > 0:
+                if step % self.steps_per_frame == 0 and step % self.steps_per_command == 0:
+                    # The world does not change until the next env.step(), so this is the
+                    # picture the tick would render; rendering it inside the slack keeps the
+                    # tick's publication on the wall-clock schedule (measured in RESULTS.md).
+                    self._prerendered = (step, self.env.render())
                 ahead = (self.sim_time - sim_start) / self.real_time_factor - (time.monotonic() - wall_start)
                 if ahead > 0:
                     self._stop.wait(ahead)
@@ -325,8 +334,11 @@ class SimNode(Node):
         last, so a controller that sees the clock at t finds everything stamped t sent."""
         t = self.sim_time
         if step % self.steps_per_frame == 0:
-            if not resend or self._last_images is None:
+            if self._prerendered is not None and self._prerendered[0] == step and not resend:
+                self._last_images = self._prerendered[1]
+            elif not resend or self._last_images is None:
                 self._last_images = self.env.render()
+            self._prerendered = None
             for name, rgb in self._last_images.items():
                 k = self.env.camera_intrinsics(name)
                 self.image_pubs[name].publish(conv.image_msg(t, rgb, name))
