@@ -127,6 +127,33 @@ def default_cache(out: Path) -> Path:
     return Path.home() / ".cache" / "arm_act"
 
 
+def grounding_frames(demos, policy_config, train_config, cache: Path) -> list:
+    """Rendered layouts for the target head (arm_act.grounding), with the demonstrations'
+    cameras at the policy's image size."""
+    from arm_act.grounding import approach_poses, render_grounding_frames
+    from sim import SimConfig
+
+    if policy_config.target_weight <= 0:
+        raise CommandError("grounding_layouts needs the target head: set target_weight > 0")
+    base = SimConfig()
+    cameras = tuple(c for c in base.cameras if c.name in policy_config.cameras)
+    missing = sorted(set(policy_config.cameras) - {c.name for c in cameras})
+    if missing:
+        raise CommandError(f"grounding layouts: the sim has no camera(s) {missing}")
+    size = policy_config.image_size
+    config = dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
+    poses = approach_poses(demos, config.block_size)
+    print(f"rendering {train_config.grounding_layouts} grounding layouts (seeds "
+          f"{train_config.grounding_seed}+, {train_config.grounding_borrowed_poses:.0%} in poses borrowed "
+          f"from {len(poses)} demonstration frames)", file=sys.stderr)
+    try:
+        return render_grounding_frames(
+            train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
+            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None)
+    except ValueError as exc:
+        raise CommandError(f"grounding layouts: {exc}") from None
+
+
 def run(args) -> int:
     from arm_act.dataset import DatasetError, find_bags, load_dataset
     from policy.train import TrainingError, train
@@ -157,10 +184,14 @@ def run(args) -> int:
     print(f"training on {len(good)} demonstrations ({sum(e.n_frames for e in good)} frames); "
           f"skipped {len(failed)} failed and {len(bags) - len(episodes)} incomplete",
           file=sys.stderr)
+    grounding = []
+    if train_config.grounding_layouts:
+        grounding = grounding_frames(good, policy_config, train_config, cache)
+        data_info["grounding_layouts"] = len(grounding)
     try:
         metrics = train(good, policy_config, train_config, args.out,
                         resume=not args.no_resume, progress=sys.stderr.isatty(),
-                        data_info=data_info)
+                        data_info=data_info, grounding=grounding)
     except TrainingError as exc:
         raise CommandError(str(exc)) from None
     final = metrics["final"]

@@ -114,7 +114,8 @@ class ChunkDataset:
     A batch holds images (B, C, 3, H, W) float in [0, 1]; state (B, S) normalised;
     instruction_ids (B, L) long and instruction_mask (B, L) bool; actions (B, K, A): the
     normalised commands of ticks c .. c+K-1 for a frame at tick c, padded past the
-    episode's end with its last command; action_mask (B, K) bool, False on padding;
+    episode's end with its last command; action_mask (B, K) bool, False on padding and for
+    episodes with has_actions=False (grounding frames: no actions, only a target);
     target (B, 3) float: the named block's position (m), NaN where the episode lacks it.
     """
 
@@ -141,6 +142,9 @@ class ChunkDataset:
         self.episode_of = torch.from_numpy(episode_of)  # (N,)
         self.action_start = torch.from_numpy(offsets[episode_of] + frame_ticks)  # (N,)
         self.action_end = torch.from_numpy((offsets + np.asarray(ticks))[episode_of])  # (N,)
+        # Episodes with has_actions=False (grounding frames) train only the target head.
+        has_actions = np.array([bool(getattr(e, "has_actions", True)) for e in episodes])
+        self.has_actions = torch.from_numpy(has_actions[episode_of])  # (N,) bool
         # The named block's position per frame (auxiliary target; NaN where unknown).
         target = [np.asarray(getattr(e, "frame_target", np.full((n, 3), np.nan)), np.float32)
                   for e, n in zip(episodes, frames)]
@@ -178,6 +182,6 @@ class ChunkDataset:
             "instruction_ids": self.instruction_ids[episode],  # (B, L)
             "instruction_mask": self.instruction_mask[episode],  # (B, L)
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
-            "action_mask": tick < end,  # (B, K)
+            "action_mask": (tick < end) & self.has_actions[index, None],  # (B, K)
             "target": self.target[index],  # (B, 3) m, NaN where unknown
         }

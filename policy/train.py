@@ -107,6 +107,7 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
 
     target = {part: [(p["step"], p["target_cm"]) for p in history[part] if "target_cm" in p]
               for part in ("train", "val")}
+    target["grounding"] = [(p["step"], p["grounding_cm"]) for p in history["val"] if "grounding_cm" in p]
     panels = 2 if target["train"] or target["val"] else 1
     fig = Figure(figsize=(7 * panels, 4), dpi=110)
     FigureCanvasAgg(fig)
@@ -131,9 +132,11 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
     ax.legend(loc="upper right")
     if panels == 2:
         bx = fig.add_subplot(1, 2, 2)
-        for part, style in (("train", "-"), ("val", "o-")):
+        labels = {"train": "train (all frames)", "val": "val demonstrations (all frames)",
+                  "grounding": "val grounding layouts (from the images alone)"}
+        for part, style in (("train", "-"), ("val", "o-"), ("grounding", "s-")):
             if target[part]:
-                bx.plot(*zip(*target[part]), style, lw=1, ms=3, label=f"{part}")
+                bx.plot(*zip(*target[part]), style, lw=1, ms=3, label=labels[part])
         bx.set_yscale("log")
         bx.set_xlabel("step")
         bx.set_ylabel("cm (mean |error| per coordinate)")
@@ -187,8 +190,11 @@ class _Trainer:
     contexts."""
 
     def __init__(self, cfg: PolicyConfig, tcfg: TrainConfig, out: Path, normalizer: Normalizer,
-                 train_set: ChunkDataset, val_set: ChunkDataset | None, fingerprint: str):
+                 train_set: ChunkDataset, val_set: ChunkDataset | None, fingerprint: str,
+                 ground_val_set: ChunkDataset | None = None):
         self.cfg, self.tcfg, self.out = cfg, tcfg, out
+        self.ground_val_set = ground_val_set
+        self.grounding_train = int((~train_set.has_actions).sum())  # frames, one per grounding layout
         self.normalizer, self.fingerprint = normalizer, fingerprint
         self.train_set, self.val_set = train_set, val_set
         torch.manual_seed(tcfg.seed)  # the global generator: initial weights and dropout
@@ -305,6 +311,10 @@ class _Trainer:
         point = {"step": self.step, "l1": result["l1"]}
         if result["target_cm"] is not None:
             point["target_cm"] = result["target_cm"]
+        if self.ground_val_set is not None:
+            index = torch.arange(min(len(self.ground_val_set), self.tcfg.val_samples))
+            point["grounding_cm"] = evaluate(self.model, self.ground_val_set, index,
+                                             self.tcfg.batch_size)["target_cm"]
         self.history["val"].append(point)
         return result["l1"]
 
@@ -328,11 +338,13 @@ class _Trainer:
                 if self.step % tcfg.checkpoint_every == 0 or self.step == end:
                     self.save_state()
                 if self.step % tcfg.val_every == 0:
-                    target = self.history["val"][-1].get("target_cm") if self.history["val"] else None
-                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s  lr %.2e  %.1f samples/s",
+                    point = self.history["val"][-1] if self.history["val"] else {}
+                    target, ground = point.get("target_cm"), point.get("grounding_cm")
+                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s%s  lr %.2e  %.1f samples/s",
                                 self.step, tcfg.steps, values["l1"],
                                 "-" if last_val is None else f"{last_val:.4f}",
-                                "" if target is None else f"  val target error {target:.1f} cm",
+                                "" if target is None else f"  val target error {target:.2f} cm",
+                                "" if ground is None else f"  grounding {ground:.2f} cm",
                                 values["lr"], self.samples_per_s)
                 bar.update(1)
                 bar.set_postfix_str(
@@ -359,7 +371,9 @@ class _Trainer:
         val_frames = len(self.val_set) if self.val_set is not None else 0
         return {
             "data": {"episodes": len(episodes), "frames": len(self.train_set) + val_frames,
-                     "train_episodes": self.train_set.n_episodes,
+                     "train_episodes": self.train_set.n_episodes - self.grounding_train,
+                     "grounding_frames": self.grounding_train + (len(self.ground_val_set) if self.ground_val_set else 0),
+                     "grounding_val_frames": len(self.ground_val_set) if self.ground_val_set else 0,
                      "val_episodes": self.val_set.n_episodes if self.val_set else 0,
                      "train_frames": len(self.train_set), "val_frames": val_frames,
                      "val_samples": 0 if self.val_index is None else len(self.val_index),
@@ -373,7 +387,8 @@ class _Trainer:
             "final": {"train_l1": h["train"][-1]["l1"] if h["train"] else None,
                       "train_kl": h["train"][-1].get("kl") if h["train"] else None,
                       "val_l1": h["val"][-1]["l1"] if h["val"] else None,
-                      "val_target_cm": h["val"][-1].get("target_cm") if h["val"] else None},
+                      "val_target_cm": h["val"][-1].get("target_cm") if h["val"] else None,
+                      "val_grounding_cm": h["val"][-1].get("grounding_cm") if h["val"] else None},
             "torch": torch.__version__,
         }
 
@@ -395,9 +410,13 @@ def _check_out_dir(out: Path, policy_config: PolicyConfig) -> None:
 
 def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainConfig,
           out_dir: str | os.PathLike, *, resume: bool = True, progress: bool = True,
-          data_info: Mapping[str, Any] | None = None, stop_after: int | None = None
-          ) -> dict[str, Any]:
+          data_info: Mapping[str, Any] | None = None, stop_after: int | None = None,
+          grounding: Sequence = ()) -> dict[str, Any]:
     """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
+
+    grounding: frames without actions (has_actions=False, e.g. arm_act.grounding) that train
+    only the target head; val_fraction of them (at least one) is held out and reported as
+    the validation grounding error.
 
     resume: continue from out_dir/train_state when there is one (refused when the configs
     or the data differ); False starts over. stop_after: stop after this many steps of this
@@ -420,7 +439,11 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         logger.warning("warmup_steps=%d >= steps=%d: the learning rate never reaches lr=%g",
                        tcfg.warmup_steps, tcfg.steps, tcfg.lr)
     train_ids, val_ids = split_episodes(len(episodes), tcfg.val_fraction, tcfg.seed)
-    fingerprint = data_fingerprint(episodes)
+    grounding = list(grounding)
+    if grounding and cfg.target_weight <= 0:
+        raise TrainingError("grounding frames train the target head: set target_weight > 0")
+    ground_train, ground_val = split_episodes(len(grounding), tcfg.val_fraction, tcfg.seed) if grounding else ([], [])
+    fingerprint = data_fingerprint(episodes + grounding)
 
     saved = None
     state_path = find_train_state(out)
@@ -437,14 +460,16 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         train_eps = [episodes[i] for i in train_ids]
         normalizer = (Normalizer.from_dict(saved.state["normalization"]) if saved
                       else fit_normalizer(train_eps))
-        train_set = ChunkDataset(train_eps, cfg, normalizer)
+        train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer) if val_ids else None
+        ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
+                          if ground_val else None)
     except ValueError as exc:
         raise TrainingError(str(exc)) from None
 
     out.mkdir(parents=True, exist_ok=True)
     with torch.random.fork_rng(devices=[]), torch_threads(tcfg.threads):
-        trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint)
+        trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint, ground_val_set)
         if saved is not None:
             trainer.restore(saved)
         end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)

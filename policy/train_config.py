@@ -37,6 +37,13 @@ class TrainConfig:
     # 29 samples/s, default config, batch 32); use 2 on an otherwise idle machine.
     threads: int = 1
     num_workers: int = 0  # batches are gathered in memory by indexing; only 0 is supported
+    # Grounding frames for the target head (policy.model target_weight): rendered layouts that
+    # have no actions, only "where is the named block". `arm-act train` renders them (seeds
+    # from grounding_seed on, never used by collect or eval); a fraction shows the arm in a
+    # pose borrowed from another demonstration, so the pose cannot give the target away.
+    grounding_layouts: int = 0
+    grounding_seed: int = 1_000_000
+    grounding_borrowed_poses: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "val_samples", "val_every", "checkpoint_every",
@@ -44,12 +51,13 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
-        for name in ("warmup_steps", "seed"):
+        for name in ("warmup_steps", "seed", "grounding_layouts", "grounding_seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r} must be an integer >= 0")
         for name, low, high in (("lr", 0.0, math.inf), ("weight_decay", 0.0, 1.0),
                                 ("min_lr_ratio", 0.0, 1.0), ("val_fraction", 0.0, 1.0),
+                                ("grounding_borrowed_poses", 0.0, 1.0),
                                 ("grad_clip", 0.0, math.inf)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \

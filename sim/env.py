@@ -159,6 +159,15 @@ class ArmEnv:
         """Teleport a block (constructed states in tests)."""
         self._require()[1].place_block(colour, position, yaw)
 
+    def set_joint_positions(self, positions: np.ndarray) -> None:
+        """Teleport the arm and fingers (9,) and hold them (constructed states: tests and
+        the grounding frames of `arm-act train`)."""
+        q = np.asarray(positions, dtype=np.float64)
+        if q.shape != (9,) or not np.all(np.isfinite(q)):
+            raise ValueError(f"joint positions must be 9 finite values, got {q}")
+        robot, _ = self._require()
+        robot.reset(q)
+
     def set_gripper(self, opening: float) -> None:
         """Teleport the fingers to an opening and hold it (constructed states in tests)."""
         robot, _ = self._require()

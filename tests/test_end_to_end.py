@@ -26,6 +26,7 @@ def pipeline(tmp_path_factory):
         "train", "--data", str(demos), "--out", str(ckpt), "--cache", str(root / "cache"),
         "--config", "width=32", "heads=4", "encoder_layers=1", "chunk_size=10", "steps=4", "batch_size=4",
         "val_every=2", "checkpoint_every=2", "warmup_steps=1", "augment=false", "target_weight=1.0",
+        "grounding_layouts=4",
     ]) == 0
     return root, demos, ckpt
 
@@ -42,6 +43,7 @@ def test_collect_report_train(pipeline, capsys):
     metrics = json.loads((ckpt / "metrics.json").read_text())
     assert metrics["steps"] == 4
     assert metrics["final"]["val_target_cm"] > 0  # the named block's position came from the bags' objects
+    assert metrics["data"]["grounding_frames"] == 4 and metrics["final"]["val_grounding_cm"] > 0
 
 
 def test_eval_in_process_with_video_and_bags(pipeline, capsys):

@@ -231,6 +231,13 @@ def test_arm_act_train_rejects_bags_without_commands(tmp_path, capsys):
     assert "no commands on /arm_controller/commands" in capsys.readouterr().err
 
 
+def test_arm_act_train_grounding_needs_the_target_head(tmp_path, capsys):
+    write_demo_bag(tmp_path / "data" / "ep", ticks=10)
+    assert cli.main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
+                     "--config", *TINY_FLAGS, "grounding_layouts=4"]) == 2
+    assert "grounding_layouts needs the target head" in capsys.readouterr().err
+
+
 def test_config_files_and_overrides_combine_in_order(tmp_path):
     from arm_act.cmd_train import build_configs
 

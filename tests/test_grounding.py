@@ -1,0 +1,89 @@
+"""Grounding frames: rendered layouts labelled with the named block's position, cached, and
+used by training for the target head only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from arm_act.episodes import episode_spec
+from arm_act.grounding import GroundingFrame, approach_poses, render_grounding_frames
+from policy.config import PolicyConfig
+from policy.data import ChunkDataset, fit_normalizer
+from policy.train import TrainConfig, TrainingError, train
+from sim import ArmEnv, SimConfig
+from sim.robot import HOME
+
+TINY = dict(image_size=96, patch_size=16, width=32, heads=2, encoder_layers=1, decoder_layers=1,
+            chunk_size=5, mlp_ratio=2)
+
+
+class _Demo:
+    """A demonstration-shaped object (policy.data) with one resting and one lifted target."""
+
+    def __init__(self, poses):
+        self.instruction = "put the red block in the box"
+        self.frame_ticks = np.array([0, 5], np.int64)
+        self.images = np.zeros((2, 2, 96, 96, 3), np.uint8)
+        self.frame_state = np.asarray(poses, np.float32)
+        self.commands = np.zeros((10, 8), np.float32)
+        self.frame_target = np.array([[0.4, 0.1, 0.02], [0.4, 0.1, 0.15]], np.float32)
+
+
+BORROWED = HOME.copy()
+BORROWED[:7] += np.array([0.3, 0.2, -0.1, 0.2, 0.0, -0.2, 0.1])
+
+
+def test_approach_poses_keep_frames_whose_target_rests():
+    poses = approach_poses([_Demo([BORROWED, HOME])], block_size=0.04)
+    np.testing.assert_allclose(poses, BORROWED[None].astype(np.float32))
+
+
+def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path):
+    frames = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
+                                     cache_dir=tmp_path, progress=False)
+    assert len(frames) == 4 and all(isinstance(f, GroundingFrame) and not f.has_actions for f in frames)
+    with ArmEnv(SimConfig()) as env:
+        for i, f in enumerate(frames):
+            spec = episode_spec(i, 1_000_000, (2, 5))  # the layouts `arm-act collect` would draw
+            assert f.seed == spec.seed
+            env.reset(spec.seed, spec.n_blocks)
+            assert f.instruction == env.instruction
+            assert f.images.shape == (1, 2, 96, 96, 3) and f.images.dtype == np.uint8
+            (named,) = [o for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
+            np.testing.assert_allclose(f.frame_target[0], named.position, atol=1e-6)
+    borrowed = [np.allclose(f.frame_state[0], BORROWED, atol=1e-5) for f in frames]
+    assert 0 < sum(borrowed) < 4  # some borrowed the pose, some kept the start pose
+    again = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
+                                    cache_dir=tmp_path, progress=False)
+    assert all(np.array_equal(a.images, b.images) and a.instruction == b.instruction for a, b in zip(frames, again))
+    (cached,) = tmp_path.glob("grounding-*.npz")
+    cached.write_bytes(b"damaged")
+    rebuilt = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
+                                      cache_dir=tmp_path, progress=False)
+    assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt))
+
+
+def test_bad_requests_are_clear_errors():
+    with pytest.raises(ValueError, match="no demonstration frame"):
+        render_grounding_frames(2, 1_000_000, SimConfig(), poses=np.zeros((0, 9)), borrowed=0.5)
+    with ArmEnv(SimConfig()) as env:
+        env.reset(0, 2)
+        with pytest.raises(ValueError, match="9 finite"):
+            env.set_joint_positions(np.full(9, np.nan))
+
+
+def test_training_uses_grounding_frames_for_the_target_head_only(tmp_path):
+    frames = render_grounding_frames(6, 1_000_000, SimConfig(), borrowed=0.0, progress=False)
+    demos = [_Demo([HOME, HOME]) for _ in range(3)]
+    cfg = PolicyConfig(**TINY, target_weight=1.0)
+    data = ChunkDataset(demos + frames, cfg, fit_normalizer(demos))
+    batch = data.batch(torch.arange(len(data)))
+    assert batch["action_mask"][:6].all() and not batch["action_mask"][6:].any()
+    torch.testing.assert_close(batch["target"][6:], torch.from_numpy(np.concatenate([f.frame_target for f in frames])))
+    fast = TrainConfig(steps=2, batch_size=4, warmup_steps=1, val_every=1, checkpoint_every=2, val_fraction=0.34)
+    metrics = train(demos, cfg, fast, tmp_path / "ckpt", progress=False, grounding=frames)
+    assert metrics["data"]["grounding_frames"] == 6 and metrics["data"]["grounding_val_frames"] == 2
+    assert metrics["data"]["train_episodes"] == 2 and metrics["final"]["val_grounding_cm"] > 0
+    with pytest.raises(TrainingError, match="target_weight"):
+        train(demos, PolicyConfig(**TINY), fast, tmp_path / "plain", progress=False, grounding=frames)
