@@ -71,6 +71,7 @@ class PolicyNode(ControllerNode):
         self.inflight_ticks: set[int] = set()
         self.last_chunk_tick = -1
         self.chunk_count = 0
+        self.target_guess = None  # the target head's last guess (3,) m, when the policy has one
         self.stats = {"inference_ms": float("nan"), "deadline_misses": 0, "ticks_without_chunk": 0,
                       "inference_failures": 0, "rejected_images": 0}
         self.state = "waiting"
@@ -171,6 +172,7 @@ class PolicyNode(ControllerNode):
                 # Everything the worker spent on the pair (preprocessing included).
                 self.stats["inference_ms"] = (time.perf_counter() - started) * 1e3
                 self.chunk_count += 1
+                self.target_guess = pred.target
                 if self.mode == "realtime":
                     self.runtime.add_chunk(tick, pred.actions)
                     self.last_chunk_tick = tick
@@ -263,6 +265,8 @@ class PolicyNode(ControllerNode):
                 "chunks": str(self.chunk_count),
                 "commands": str(self.commands_published),
             }
+            if self.target_guess is not None:  # the target head's guess of the named block (m)
+                values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
         level = DiagnosticStatus.OK if values["state"] in ("ok", "waiting") else DiagnosticStatus.WARN
         status = DiagnosticStatus(level=level, name="policy_node: inference", message=values["state"],
                                   hardware_id="arm_act",

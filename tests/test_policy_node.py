@@ -27,7 +27,7 @@ from tests.lockstep_pair import run_lockstep_pair
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
-    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0)
+    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0, target_weight=1.0)
     normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3))
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     save_checkpoint(path, ACTPolicy(config), normalizer, None)
@@ -146,6 +146,7 @@ def test_control_rate_held_while_slow_model_runs(ros_context, tiny_checkpoint):
         assert np.median(periods) == pytest.approx(0.02, abs=0.006)
         assert int(_diag(feed, "ticks_without_fresh_chunk")) >= 5  # chunks arrive late, the rate holds
         assert float(_diag(feed, "inference_ms")) >= 150
+        assert len([float(v) for v in _diag(feed, "target_xyz_m").split()]) == 3  # the target head's guess
     finally:
         policy.destroy_node()
         feed.destroy_node()
