@@ -127,23 +127,43 @@ def default_cache(out: Path) -> Path:
     return Path.home() / ".cache" / "arm_act"
 
 
+def _sim_config(policy_config):
+    """The sim's cameras that the policy reads, at the policy's image size."""
+    from sim import SimConfig
+
+    base = SimConfig()
+    by_name = {c.name: c for c in base.cameras}
+    missing = sorted(set(policy_config.cameras) - set(by_name))
+    if missing:
+        raise CommandError(f"target head: the sim has no camera(s) {missing}")
+    cameras = tuple(by_name[name] for name in policy_config.cameras)  # in the policy's order
+    size = policy_config.image_size
+    return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
+
+
+def label_pixels(demos, policy_config) -> None:
+    """The named block's pixel in each camera at each demonstration frame (for the target
+    head's per-patch loss)."""
+    import time
+
+    from arm_act.grounding import label_demo_pixels
+
+    started = time.monotonic()
+    label_demo_pixels(demos, _sim_config(policy_config))
+    print(f"labelled the named block's pixels in {sum(e.n_frames for e in demos)} frames "
+          f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
+
+
 def grounding_frames(demos, policy_config, train_config, cache: Path) -> list:
     """Rendered layouts for the target head (arm_act.grounding), with the demonstrations'
     cameras at the policy's image size."""
     from arm_act.grounding import approach_poses, render_grounding_frames
-    from sim import SimConfig
 
     if policy_config.target_weight <= 0:
         raise CommandError("grounding_layouts needs the target head: set target_weight > 0")
-    base = SimConfig()
-    cameras = tuple(c for c in base.cameras if c.name in policy_config.cameras)
-    missing = sorted(set(policy_config.cameras) - {c.name for c in cameras})
-    if missing:
-        raise CommandError(f"grounding layouts: the sim has no camera(s) {missing}")
-    size = policy_config.image_size
-    config = dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
+    config = _sim_config(policy_config)
     poses = approach_poses(demos, config.block_size)
-    print(f"rendering {train_config.grounding_layouts} grounding layouts (seeds "
+    print(f"grounding layouts: {train_config.grounding_layouts} (seeds "
           f"{train_config.grounding_seed}+, {train_config.grounding_borrowed_poses:.0%} in poses borrowed "
           f"from {len(poses)} demonstration frames)", file=sys.stderr)
     try:
@@ -185,6 +205,8 @@ def run(args) -> int:
           f"skipped {len(failed)} failed and {len(bags) - len(episodes)} incomplete",
           file=sys.stderr)
     grounding = []
+    if policy_config.target_weight > 0:
+        label_pixels(good, policy_config)
     if train_config.grounding_layouts:
         grounding = grounding_frames(good, policy_config, train_config, cache)
         data_info["grounding_layouts"] = len(grounding)

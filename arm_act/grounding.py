@@ -24,22 +24,26 @@ from pathlib import Path
 import numpy as np
 
 from arm_act.progress import progress_bar
+from sim import ArmEnv
 
 logger = logging.getLogger(__name__)
 
-GROUNDING_VERSION = 1
+GROUNDING_VERSION = 2  # 2: target_uv
 RESTING_TOLERANCE = 0.005  # m: a block whose centre is within this of its resting height
 
 
 @dataclass
 class GroundingFrame:
     """One rendered layout in the shape policy.data expects of an episode (one frame, no
-    actions). images (1, C, H, W, 3) uint8; frame_state (1, 9); frame_target (1, 3) m."""
+    actions). images (1, C, H, W, 3) uint8; frame_state (1, 9); frame_target (1, 3) m;
+    target_uv (1, C, 2): the named block's centre in each camera's pixels (u right, v
+    down), NaN where it is outside the image."""
 
     instruction: str
     images: np.ndarray
     frame_state: np.ndarray
     frame_target: np.ndarray
+    target_uv: np.ndarray
     seed: int
     has_actions: bool = False
 
@@ -58,6 +62,17 @@ class GroundingFrame:
         return 1
 
 
+def pixel_of(camera, point: np.ndarray) -> np.ndarray:
+    """(u, v) of a world point in a sim camera's image, NaN when behind it or outside."""
+    T = camera.world_to_optical()
+    depth = float((T[:3, :3] @ point + T[:3, 3])[2])
+    uv = camera.project(point[None])[0]
+    cfg = camera.config
+    if depth <= 0 or not (0 <= uv[0] < cfg.width and 0 <= uv[1] < cfg.height):
+        return np.full(2, np.nan, np.float32)
+    return uv.astype(np.float32)
+
+
 def approach_poses(episodes, block_size: float) -> np.ndarray:
     """(M, 9) joint states of demonstration frames in which the named block still rests on
     the table (the arm at its start or on its way there): the poses grounding frames borrow."""
@@ -67,6 +82,23 @@ def approach_poses(episodes, block_size: float) -> np.ndarray:
         resting = np.isfinite(target).all(axis=1) & (np.abs(target[:, 2] - block_size / 2) < RESTING_TOLERANCE)
         rows.append(np.asarray(e.frame_state, np.float32)[resting])
     return np.concatenate(rows) if rows else np.zeros((0, 9), np.float32)
+
+
+def label_demo_pixels(episodes, sim_config) -> None:
+    """Set `target_uv` (F, C, 2) on each demonstration: the named block's centre in each
+    camera's pixels at each frame (the arm posed as the frame's joint state, so the wrist
+    camera is where it was), NaN where the block is outside an image or unknown."""
+    cameras = tuple(c.name for c in sim_config.cameras)
+    with ArmEnv(sim_config) as env:
+        env.reset(0, sim_config.n_blocks_range[0])
+        for e in episodes:
+            target = np.asarray(e.frame_target, np.float64)
+            uv = np.full((len(target), len(cameras), 2), np.nan, np.float32)
+            for i, (state, point) in enumerate(zip(np.asarray(e.frame_state, np.float64), target)):
+                if np.all(np.isfinite(point)):
+                    env.set_joint_positions(state)
+                    uv[i] = [pixel_of(env.camera(c), point) for c in cameras]
+            e.target_uv = uv
 
 
 def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray) -> str:
@@ -85,7 +117,6 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
     draws them), cached in cache_dir. poses: (M, 9) joint states to borrow for a fraction
     `borrowed` of the frames (the rest keep the start pose)."""
     from arm_act.episodes import episode_spec
-    from sim import ArmEnv
 
     if n < 0:
         raise ValueError(f"n={n} must be >= 0")
@@ -112,11 +143,13 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
             if rng.random() < borrowed:
                 env.set_joint_positions(poses[rng.integers(len(poses))])
             rendered = env.render()
-            target = [o.position for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
+            (target,) = [o.position for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
+            target = np.asarray(target, np.float64)
             frames.append(GroundingFrame(
                 instruction=env.instruction, images=np.stack([rendered[c] for c in cameras])[None],
                 frame_state=np.asarray(env.joint_state().position, np.float32)[None],
-                frame_target=np.asarray(target[0], np.float32)[None], seed=spec.seed))
+                frame_target=target.astype(np.float32)[None],
+                target_uv=np.stack([pixel_of(env.camera(c), target) for c in cameras])[None], seed=spec.seed))
             bar.update(1)
     if path is not None:
         try:
@@ -134,6 +167,7 @@ def _save(path: Path, frames: list[GroundingFrame]) -> None:
             np.savez(f, images=np.concatenate([g.images for g in frames]),
                      state=np.concatenate([g.frame_state for g in frames]),
                      target=np.concatenate([g.frame_target for g in frames]),
+                     uv=np.concatenate([g.target_uv for g in frames]),
                      seeds=np.array([g.seed for g in frames], np.int64),
                      instructions=np.array(json.dumps([g.instruction for g in frames])))
         os.replace(tmp, path)
@@ -147,10 +181,11 @@ def _load(path: Path) -> list[GroundingFrame] | None:
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
-            images, state, target = data["images"], data["state"], data["target"]
+            images, state, target, uv = data["images"], data["state"], data["target"], data["uv"]
             seeds, instructions = data["seeds"], json.loads(str(data["instructions"]))
     except Exception as exc:  # noqa: BLE001 - a damaged cache file is rebuilt
         logger.warning("grounding cache %s is unreadable (%s: %s); rendering again", path, type(exc).__name__, exc)
         return None
     return [GroundingFrame(instruction=instructions[i], images=images[i:i + 1], frame_state=state[i:i + 1],
-                           frame_target=target[i:i + 1], seed=int(seeds[i])) for i in range(len(seeds))]
+                           frame_target=target[i:i + 1], target_uv=uv[i:i + 1], seed=int(seeds[i]))
+            for i in range(len(seeds))]

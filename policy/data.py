@@ -108,6 +108,16 @@ def augment_images(images: torch.Tensor, generator: torch.Generator, max_shift: 
     return x.clamp_(0.0, 1.0).reshape(b, c, 3, h, w)  # (B, C, 3, H, W)
 
 
+def target_patches(uv: np.ndarray, config: PolicyConfig) -> np.ndarray:
+    """(..., C, 2) pixel coordinates (NaN = unknown) -> (..., C) int64 row-major patch index
+    in that camera's grid, -1 where unknown."""
+    uv = np.asarray(uv, np.float64)
+    known = np.isfinite(uv).all(axis=-1)
+    cell = np.floor(np.where(np.isfinite(uv), uv, 0.0) / config.patch_size).astype(np.int64)
+    cell = np.clip(cell, 0, config.grid - 1)
+    return np.where(known, cell[..., 1] * config.grid + cell[..., 0], -1)
+
+
 class ChunkDataset:
     """Samples (one per camera frame) of a list of episodes, batched by index.
 
@@ -116,7 +126,9 @@ class ChunkDataset:
     normalised commands of ticks c .. c+K-1 for a frame at tick c, padded past the
     episode's end with its last command; action_mask (B, K) bool, False on padding and for
     episodes with has_actions=False (grounding frames: no actions, only a target);
-    target (B, 3) float: the named block's position (m), NaN where the episode lacks it.
+    target (B, 3) float: the named block's position (m), NaN where the episode lacks it;
+    target_patch (B, C) long: the patch of each camera holding the named block's centre, -1
+    where unknown or outside the image.
     """
 
     def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer):
@@ -149,6 +161,11 @@ class ChunkDataset:
         target = [np.asarray(getattr(e, "frame_target", np.full((n, 3), np.nan)), np.float32)
                   for e, n in zip(episodes, frames)]
         self.target = torch.from_numpy(np.concatenate(target))  # (N, 3) m
+        # The named block's pixel in each camera (grounding frames; NaN where unknown).
+        c = len(config.cameras)
+        uv = [np.asarray(getattr(e, "target_uv", np.full((n, c, 2), np.nan)), np.float32)
+              for e, n in zip(episodes, frames)]
+        self.target_patch = torch.from_numpy(target_patches(np.concatenate(uv), config))  # (N, C)
         tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
         ids, mask = tokenizer.encode_batch([e.instruction for e in episodes])
         self.instruction_ids, self.instruction_mask = ids, mask  # (E, L)
@@ -184,4 +201,5 @@ class ChunkDataset:
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
             "action_mask": (tick < end) & self.has_actions[index, None],  # (B, K)
             "target": self.target[index],  # (B, 3) m, NaN where unknown
+            "target_patch": self.target_patch[index],  # (B, C) patch index, -1 where unknown
         }

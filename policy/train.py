@@ -74,12 +74,14 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
              batch_size: int) -> dict[str, float | None]:
     """Chunk L1 (normalised units) over the samples `index`, predicted as the runtime
     does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0; with a
-    target head also its error in cm (mean |error| per coordinate), else None.
-    -> {"l1": ..., "target_cm": ...}"""
+    target head also its error in cm (mean |error| per coordinate) and how often it picks
+    the patch holding the named block (where the data says), else None.
+    -> {"l1": ..., "target_cm": ..., "patch_acc": ...}"""
     was_training = model.training
     model.eval()
     total = count = 0.0
     target_total = target_count = 0.0
+    hits = known_patches = 0
     try:
         for start in range(0, len(index), batch_size):
             batch = dataset.batch(index[start:start + batch_size])
@@ -92,10 +94,15 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
                 known = float(torch.isfinite(batch["target"]).all(dim=-1).sum())
                 target_total += float(target_error(out.target, batch["target"])) * known
                 target_count += known
+            if out.target_logits is not None:
+                patch = batch["target_patch"]  # (B, C), -1 = unknown
+                hits += int(((out.target_logits.argmax(dim=-1) == patch) & (patch >= 0)).sum())
+                known_patches += int((patch >= 0).sum())
     finally:
         model.train(was_training)
     target_cm = 100.0 * target_total / target_count if target_count else None
-    return {"l1": total / max(count, 1.0), "target_cm": target_cm}
+    patch_acc = hits / known_patches if known_patches else None
+    return {"l1": total / max(count, 1.0), "target_cm": target_cm, "patch_acc": patch_acc}
 
 
 def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
@@ -313,8 +320,10 @@ class _Trainer:
             point["target_cm"] = result["target_cm"]
         if self.ground_val_set is not None:
             index = torch.arange(min(len(self.ground_val_set), self.tcfg.val_samples))
-            point["grounding_cm"] = evaluate(self.model, self.ground_val_set, index,
-                                             self.tcfg.batch_size)["target_cm"]
+            ground = evaluate(self.model, self.ground_val_set, index, self.tcfg.batch_size)
+            point["grounding_cm"] = ground["target_cm"]
+            if ground["patch_acc"] is not None:
+                point["grounding_patch_acc"] = ground["patch_acc"]
         self.history["val"].append(point)
         return result["l1"]
 
@@ -340,11 +349,13 @@ class _Trainer:
                 if self.step % tcfg.val_every == 0:
                     point = self.history["val"][-1] if self.history["val"] else {}
                     target, ground = point.get("target_cm"), point.get("grounding_cm")
-                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s%s  lr %.2e  %.1f samples/s",
+                    acc = point.get("grounding_patch_acc")
+                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s%s%s  lr %.2e  %.1f samples/s",
                                 self.step, tcfg.steps, values["l1"],
                                 "-" if last_val is None else f"{last_val:.4f}",
                                 "" if target is None else f"  val target error {target:.2f} cm",
                                 "" if ground is None else f"  grounding {ground:.2f} cm",
+                                "" if acc is None else f" (right patch {acc:.0%})",
                                 values["lr"], self.samples_per_s)
                 bar.update(1)
                 bar.set_postfix_str(
@@ -388,7 +399,8 @@ class _Trainer:
                       "train_kl": h["train"][-1].get("kl") if h["train"] else None,
                       "val_l1": h["val"][-1]["l1"] if h["val"] else None,
                       "val_target_cm": h["val"][-1].get("target_cm") if h["val"] else None,
-                      "val_grounding_cm": h["val"][-1].get("grounding_cm") if h["val"] else None},
+                      "val_grounding_cm": h["val"][-1].get("grounding_cm") if h["val"] else None,
+                      "val_grounding_patch_acc": h["val"][-1].get("grounding_patch_acc") if h["val"] else None},
             "torch": torch.__version__,
         }
 

@@ -58,6 +58,14 @@ def test_frames_carry_the_named_blocks_position_as_auxiliary_target(tmp_path):
     np.testing.assert_allclose(batch["target"].numpy(), ep.frame_target[[1, 3]])
 
 
+def test_target_pixels_map_to_row_major_patches():
+    from policy.data import target_patches
+
+    config = PolicyConfig(**TINY)  # 32 px images, 16 px patches: a 2x2 grid
+    uv = np.array([[[0.0, 0.0], [31.9, 0.5]], [[16.0, 16.0], [np.nan, np.nan]], [[5.0, 20.0], [31.99, 31.99]]])
+    assert target_patches(uv, config).tolist() == [[0, 1], [3, -1], [2, 3]]
+
+
 @pytest.mark.parametrize("case", ["no objects topic", "colour not among the blocks"])
 def test_unknown_target_is_nan_not_an_error(tmp_path, case):
     if case == "no objects topic":

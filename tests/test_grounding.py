@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from arm_act.episodes import episode_spec
-from arm_act.grounding import GroundingFrame, approach_poses, render_grounding_frames
+from arm_act.grounding import GroundingFrame, approach_poses, label_demo_pixels, pixel_of, render_grounding_frames
 from policy.config import PolicyConfig
 from policy.data import ChunkDataset, fit_normalizer
 from policy.train import TrainConfig, TrainingError, train
@@ -52,6 +52,10 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
             assert f.images.shape == (1, 2, 96, 96, 3) and f.images.dtype == np.uint8
             (named,) = [o for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
             np.testing.assert_allclose(f.frame_target[0], named.position, atol=1e-6)
+            env.set_joint_positions(f.frame_state[0])
+            front = env.camera("front").project(named.position[None])[0]
+            np.testing.assert_allclose(f.target_uv[0, 0], front, atol=1e-3)  # the fixed camera sees every block
+            assert f.target_uv.shape == (1, 2, 2)
     borrowed = [np.allclose(f.frame_state[0], BORROWED, atol=1e-5) for f in frames]
     assert 0 < sum(borrowed) < 4  # some borrowed the pose, some kept the start pose
     again = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
@@ -62,6 +66,22 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
     rebuilt = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
                                       cache_dir=tmp_path, progress=False)
     assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt))
+
+
+def test_demonstration_frames_get_the_pixels_of_the_named_block():
+    demo = _Demo([HOME, BORROWED])
+    demo.frame_target = np.array([[0.45, 0.05, 0.02], [np.nan, np.nan, np.nan]], np.float32)
+    label_demo_pixels([demo], SimConfig())
+    assert demo.target_uv.shape == (2, 2, 2) and np.isnan(demo.target_uv[1]).all()
+    with ArmEnv(SimConfig()) as env:
+        env.reset(3, 2)
+        env.set_joint_positions(HOME)
+        for c, name in enumerate(("front", "wrist")):
+            expected = pixel_of(env.camera(name), np.array([0.45, 0.05, 0.02]))
+            np.testing.assert_allclose(demo.target_uv[0, c], expected, atol=1e-3)
+        assert np.all(np.isfinite(demo.target_uv[0]))  # both cameras see the table centre at the start
+        behind = pixel_of(env.camera("front"), np.array([2.0, 0.0, 0.5]))  # behind the front camera
+        assert np.isnan(behind).all()
 
 
 def test_bad_requests_are_clear_errors():

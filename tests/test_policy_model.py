@@ -11,7 +11,15 @@ import torch
 
 from policy.budget import torch_threads
 from policy.config import PolicyConfig
-from policy.model import TARGET_SCALE, ACTPolicy, TokenLayout, chunk_l1, kl_divergence, target_error
+from policy.model import (
+    TARGET_SCALE,
+    ACTPolicy,
+    TokenLayout,
+    chunk_l1,
+    kl_divergence,
+    patch_cross_entropy,
+    target_error,
+)
 from policy.tokens import images_to_tensor, stack_camera_images
 from policy.vocab import COLOURS, PAD, UNK, InstructionTokenizer, build_vocab, default_vocab
 
@@ -52,7 +60,8 @@ def make_batch(config: PolicyConfig, batch: int = 3, seed: int = 0,
             "instruction_ids": ids, "instruction_mask": mask,
             "actions": torch.randn(batch, k, config.action_dim, generator=g, dtype=dtype),
             "action_mask": action_mask,
-            "target": 0.45 + 0.1 * torch.randn(batch, 3, generator=g, dtype=dtype)}
+            "target": 0.45 + 0.1 * torch.randn(batch, 3, generator=g, dtype=dtype),
+            "target_patch": torch.randint(-1, config.patches_per_camera, (batch, c), generator=g)}
 
 
 def _obs(batch: dict) -> dict:
@@ -267,7 +276,11 @@ def test_target_head_adds_its_weighted_error_and_skips_unknown_targets():
     loss, parts = model.loss(batch)
     err = (out.target - batch["target"]).abs().mean()
     torch.testing.assert_close(parts["target_cm"], 100.0 * err)
-    torch.testing.assert_close(loss, parts["l1"] + 0.5 * err / TARGET_SCALE)
+    assert out.target_logits.shape == (3, len(cfg.cameras), cfg.patches_per_camera)
+    known = batch["target_patch"] >= 0
+    ce = torch.nn.functional.cross_entropy(out.target_logits[known], batch["target_patch"][known])
+    torch.testing.assert_close(parts["patch_ce"], ce)
+    torch.testing.assert_close(loss, parts["l1"] + 0.5 * (err / TARGET_SCALE + ce))
     unknown = batch["target"].clone()
     unknown[1] = float("nan")
     _, parts2 = model.loss({**batch, "target": unknown})
@@ -275,9 +288,15 @@ def test_target_head_adds_its_weighted_error_and_skips_unknown_targets():
     torch.testing.assert_close(parts2["target_cm"], 100.0 * (out.target[keep] - batch["target"][keep]).abs().mean())
     none_known = torch.full_like(unknown, float("nan"))
     assert target_error(out.target, none_known).item() == 0.0
+    assert patch_cross_entropy(out.target_logits, torch.full((3, 2), -1)).item() == 0.0
+    # The position is read from the patches the scores pick: a one-hot score reads one patch.
+    logits = torch.full((1, 2, cfg.patches_per_camera), -1e4)
+    logits[0, 1, 3] = 0.0
+    assert patch_cross_entropy(logits, torch.tensor([[-1, 3]])).item() < 1e-6
     # Without the head nothing changes: no output, no term, no parameters.
     plain = make_model(tiny_config()).eval()
     assert plain(**_obs(batch)).target is None and "target_cm" not in plain.loss(batch)[1]
+    assert plain(**_obs(batch)).target_logits is None and "patch_ce" not in plain.loss(batch)[1]
     assert not any(n.startswith("target_head") for n, _ in plain.named_parameters())
 
 
