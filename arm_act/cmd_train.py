@@ -5,7 +5,8 @@
     arm-act train --data data/demos --out runs/cvae --config my.json use_cvae=true --steps 8000
 
 Bags are found recursively under each --data directory and decoded once into a cache
-(rebuilt when a bag changes); failed demonstrations and incomplete bags are skipped. A run
+(rebuilt when a bag changes); failed demonstrations and incomplete bags are skipped.
+Grounding layouts are rendered once into the same cache. A run
 whose --out already holds a training state resumes from it. Progress goes to stderr, the
 summary to stdout.
 """
@@ -25,11 +26,15 @@ CONFIG_HELP = """\
 --config takes any mix of JSON files and KEY=VALUE overrides, applied in order.
 A JSON file holds {"policy": {...}, "train": {...}} with any subset of the fields.
 KEY is a PolicyConfig field (image_size, patch_size, cameras, width, heads,
-encoder_layers, decoder_layers, chunk_size, dropout, use_cvae, kl_weight, ...) or a
-TrainConfig field (steps, batch_size, lr, weight_decay, warmup_steps, min_lr_ratio,
-seed, val_fraction, val_samples, val_every, checkpoint_every, augment, grad_clip,
-threads), optionally prefixed "policy." or "train.". VALUE is JSON (128, 1e-4,
-true, ["front"]) or a plain word; cameras also takes front,wrist.
+encoder_layers, decoder_layers, chunk_size, dropout, use_cvae, kl_weight,
+target_weight, ...) or a TrainConfig field (steps, batch_size, lr, weight_decay,
+warmup_steps, min_lr_ratio, seed, val_fraction, val_samples, val_every,
+checkpoint_every, augment, grad_clip, threads, grounding_layouts, grounding_seed,
+grounding_borrowed_poses), optionally prefixed "policy." or "train.". VALUE is JSON
+(128, 1e-4, true, ["front"]) or a plain word; cameras also takes front,wrist.
+target_weight > 0 adds the target head (where is the named block?), trained on pixels
+labelled from the bags' objects topic; grounding_layouts renders that many extra
+layouts for it (README: "Finding the named block").
 --steps, --batch-size, --lr and --seed override everything else.
 Example: --config width=128 encoder_layers=3 lr=5e-4 augment=false"""
 
