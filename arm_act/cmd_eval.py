@@ -73,6 +73,9 @@ def summarize(results: list[dict], extra: dict) -> dict:
     by_blocks: dict[int, list[bool]] = {}
     for r in results:
         by_blocks.setdefault(r["n_blocks"], []).append(r["success"])
+    if results and "lifted_named_block" in results[0]:  # policies: where the failures happen
+        extra = {**extra, "lifted_named_block": sum(r["lifted_named_block"] for r in results),
+                 "lifted_other_block": sum(r["lifted_other_block"] for r in results)}
     grounding = sorted(r["target_error"]["first_cm"] for r in results if "target_error" in r)
     if grounding:  # where the target head puts the named block at the first camera pair
         extra = {**extra, "target_error_first_cm_median": grounding[len(grounding) // 2]}
@@ -150,6 +153,9 @@ def _report(args, results, describe, started) -> int:
               f"in {summary['wall_time_s']:.0f} s")
         for k, v in summary["by_blocks"].items():
             print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
+        if "lifted_named_block" in summary:
+            print(f"  lifted the named block in {summary['lifted_named_block']}, another block in "
+                  f"{summary['lifted_other_block']} of {summary['episodes']} episodes")
         if "target_error_first_cm_median" in summary:
             print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
                   "from where it is (median, first camera pair)")

@@ -18,6 +18,9 @@ from arm_act.viz import VideoWriter, compose_frame
 logger = logging.getLogger(__name__)
 
 
+LIFTED_Z = 0.08  # m: a block's centre this high above the table is in the gripper (blocks rest at 0.02)
+
+
 class PolicyAgent:
     """sim.rollout agent around a PolicyRuntime."""
 
@@ -41,10 +44,12 @@ class PolicyAgent:
         self.project = project
         # Distance (m) between the target head's guess and the named block, per camera pair.
         self.target_errors: list[float] = []
+        self.lifted: set[str] = set()  # colours of the blocks the arm has lifted this episode
 
     def reset(self, obs) -> None:
         self.runtime.reset()
         self.target_errors.clear()
+        self.lifted.clear()
         self._pending.clear()
         position = obs.joint_state.position
         self._hold = (position[:7].copy(), float(position[7]))
@@ -53,6 +58,9 @@ class PolicyAgent:
     def act(self, obs):
         from sim.rollout import Command
 
+        for o in obs.objects:
+            if o.kind == "block" and o.position[2] > LIFTED_Z:
+                self.lifted.add(o.colour)
         if obs.images is not None:
             pred = self.runtime.predict_chunk(obs.images, obs.joint_state.position, obs.instruction,
                                               need_attention=self.video is not None)
@@ -79,6 +87,13 @@ class PolicyAgent:
         arm, gripper = self._hold
         return Command(np.asarray(arm, dtype=np.float64), float(gripper))
 
+
+    def partial_progress(self, instruction: str) -> dict:
+        """Which blocks the arm lifted: the named one (the grasp part of the task worked) or
+        another (it went for the wrong block)."""
+        words = set(instruction.split())
+        return {"lifted_named_block": bool(self.lifted & words),
+                "lifted_other_block": bool(self.lifted - words)}
 
     def grounding(self) -> dict | None:
         """The target head's error (cm) at the first camera pair and its median over the
@@ -145,6 +160,7 @@ def make_policy_runner_factory(args, sim_config, checkpoint: Path):
             if recorder is not None:
                 recorder.finish(result)
             record = episode_record(result)
+            record.update(agent.partial_progress(result.instruction))
             if agent.grounding() is not None:
                 record["target_error"] = agent.grounding()
             return record

@@ -56,6 +56,8 @@ def test_eval_in_process_with_video_and_bags(pipeline, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["episodes"] == 1 and result["policy"]["latency_ticks"] == 1
     assert 0.0 <= result["ci95"][0] <= result["success_rate"] <= result["ci95"][1] <= 1.0
+    assert result["lifted_named_block"] in (0, 1) and result["lifted_other_block"] in (0, 1)
+    assert isinstance(result["results"][0]["lifted_named_block"], bool)
     grounding = result["results"][0]["target_error"]
     assert 0 < grounding["first_cm"] and 0 < grounding["median_cm"]
     assert result["target_error_first_cm_median"] == grounding["first_cm"]
