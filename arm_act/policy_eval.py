@@ -87,7 +87,6 @@ class PolicyAgent:
         arm, gripper = self._hold
         return Command(np.asarray(arm, dtype=np.float64), float(gripper))
 
-
     def partial_progress(self, instruction: str) -> dict:
         """Which blocks the arm lifted: the named one (the grasp part of the task worked) or
         another (it went for the wrong block)."""
