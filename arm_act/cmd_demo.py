@@ -110,6 +110,10 @@ def run(args) -> int:
     finally:
         children.stop()
         executor.shutdown(timeout_sec=2.0)
+        # Join the spinner before tearing down rclpy, as ros_eval does: a daemon thread still
+        # inside rclpy's C++ wait at interpreter exit aborts the process ("terminate called
+        # without an active exception", exit -6, about 1 run in 5 here).
+        spinner.join(timeout=5.0)
         viewer.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
