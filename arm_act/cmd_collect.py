@@ -8,6 +8,16 @@ and in lockstep by run_episode with the expert agent (arm_act.recording), with t
 and messages the live system publishes, stamped with sim time. The expert's perturbation
 generator is seeded from the episode seed, so a run is reproducible bag for bag whatever the
 worker count. Failed expert episodes are kept, marked success: "false" in custom_data.
+
+Expert takeover (DAgger-style data from the policy's own states):
+
+    arm-act collect --policy checkpoints/default --handover 1-10 --episodes 400 --seed 300000 --out data/takeover
+
+The policy drives each episode (in process, with the given latency in control ticks) until
+a handover time drawn uniformly from the range (seeded by the episode seed); then the
+scripted expert takes over from that state and finishes the task. The whole episode is
+recorded; custom_data expert_from_s marks where the expert's commands start ("none" when the
+episode ended first), and training uses only the frames from there on.
 """
 from __future__ import annotations
 
@@ -37,6 +47,13 @@ def configure(parser) -> None:
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--compression", choices=("none", "zstd"), default="none", help="MCAP chunk compression")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    group = parser.add_argument_group("expert takeover")
+    group.add_argument("--policy", type=Path, metavar="CKPT_DIR",
+                       help="a checkpoint that drives each episode until the handover time")
+    group.add_argument("--handover", default="1-10", metavar="LO-HI",
+                       help="handover time range, sim seconds (with --policy)")
+    group.add_argument("--latency-ticks", type=int, default=1,
+                       help="control ticks before a chunk is usable (with --policy)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the complete bags already in --out and collect only the missing episodes "
                              "(a bag left incomplete by an interrupted run is set aside as <name>.incomplete)")
@@ -47,6 +64,12 @@ def _init_worker(options: dict) -> None:
 
     config = SimConfig(control_rate_hz=options["control_rate"], camera_rate_hz=options["camera_rate"])
     _worker.update(options, env=ArmEnv(config))
+    if options.get("policy"):
+        from policy.runtime import PolicyRuntime
+
+        cameras = tuple(c.name for c in config.cameras)
+        _worker["runtime"] = PolicyRuntime.from_checkpoint(options["policy"], threads=1, cameras=cameras,
+                                                           image_size=config.cameras[0].height)
 
 
 def _close_worker() -> None:
@@ -65,20 +88,35 @@ def collect_episode(spec) -> dict:
 
     env, perturb = _worker["env"], _worker["perturb"]
     # The same perturbation generator as `arm-act eval --policy expert` and run_expert_episodes.
-    agent = ExpertAgent(ExpertConfig(perturb_prob=perturb), rng=np.random.default_rng(spec.seed + 1_000_003))
+    expert = ExpertAgent(ExpertConfig(perturb_prob=perturb), rng=np.random.default_rng(spec.seed + 1_000_003))
+    agent, metadata = expert, {"expert": "scripted", "perturb_prob": perturb}
+    if "runtime" in _worker:
+        from arm_act.policy_eval import PolicyAgent, TakeoverAgent
+
+        lo, hi = _worker["handover"]
+        handover = float(np.random.default_rng(spec.seed + 2_000_003).uniform(lo, hi))
+        policy = PolicyAgent(_worker["runtime"], _worker["latency_ticks"], control_rate=env.config.control_rate_hz)
+        agent = TakeoverAgent(policy, expert, handover)
+        metadata.update(policy=_worker["policy"], handover_s=round(handover, 6))
     recorder = EpisodeBagRecorder.for_rollout(_worker["out"], env, spec, compression=_worker["compression"],
-                                              expert="scripted", perturb_prob=perturb)
+                                              **metadata)
     try:
         result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True, on_tick=recorder.on_tick(env, agent))
     except BaseException as exc:
         recorder.abort(f"episode failed: {type(exc).__name__}: {exc}")
         raise
     finally:
-        agent.close()
+        expert.close()
+    record = {}
+    if agent is not expert:
+        tick = agent.handover_tick
+        expert_from = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
+        recorder.writer.set_metadata("expert_from_s", expert_from)
+        record["expert_from_s"] = None if tick is None else float(expert_from)
     recorder.finish(result)
     return {"seed": result.seed, "n_blocks": result.n_blocks, "status": result.status, "success": bool(result.success),
             "duration_s": round(float(result.duration), 4), "ticks": result.ticks, "frames": recorder.frames,
-            "bag": str(recorder.path), "bytes": sum(f.stat().st_size for f in recorder.path.iterdir())}
+            "bag": str(recorder.path), "bytes": sum(f.stat().st_size for f in recorder.path.iterdir()), **record}
 
 
 def _collect_in_worker(spec) -> dict:
@@ -109,6 +147,31 @@ def _resume(out: Path, specs, existing):
     return [s for s in specs if s.seed not in done], len(done)
 
 
+def _parse_handover(text: str) -> tuple[float, float]:
+    try:
+        lo, _, hi = text.partition("-")
+        lo_s, hi_s = float(lo), float(hi or lo)
+    except ValueError:
+        raise CommandError(f"--handover {text!r} must be seconds LO-HI, e.g. 1-10") from None
+    if not (0 <= lo_s <= hi_s and hi_s < float("inf")):
+        raise CommandError(f"--handover {text!r} must satisfy 0 <= LO <= HI")
+    return lo_s, hi_s
+
+
+def _check_policy(args) -> None:
+    """Load the checkpoint once here, so a bad one fails before any worker starts."""
+    from policy.checkpoint import CheckpointError
+    from policy.runtime import PolicyRuntime
+    from sim import SimConfig
+
+    config = SimConfig(control_rate_hz=args.control_rate, camera_rate_hz=args.camera_rate)
+    try:
+        PolicyRuntime.from_checkpoint(args.policy, threads=1, cameras=tuple(c.name for c in config.cameras),
+                                      image_size=config.cameras[0].height)
+    except (CheckpointError, ValueError, OSError) as exc:
+        raise CommandError(f"--policy {args.policy}: {exc}") from None
+
+
 def run(args) -> int:
     from sim import ExpertConfig, SimConfig
 
@@ -120,6 +183,12 @@ def run(args) -> int:
         raise CommandError(str(exc)) from None
     if args.episodes < 1 or args.workers < 1:
         raise CommandError(f"--episodes {args.episodes} and --workers {args.workers} must be >= 1")
+    handover = None
+    if args.policy is not None:
+        handover = _parse_handover(args.handover)
+        if args.latency_ticks < 0:
+            raise CommandError(f"--latency-ticks {args.latency_ticks} must be >= 0")
+        _check_policy(args)
     specs = [episode_spec(i, args.seed, blocks) for i in range(args.episodes)]
     existing = [s for s in specs if (args.out / bag_name(s.seed)).exists()]
     if existing and not args.resume:
@@ -134,7 +203,9 @@ def run(args) -> int:
     except OSError as exc:
         raise CommandError(f"cannot create {args.out}: {exc.strerror or exc}") from None
     options = {"out": str(args.out), "perturb": args.perturb, "control_rate": args.control_rate,
-               "camera_rate": args.camera_rate, "compression": None if args.compression == "none" else "zstd"}
+               "camera_rate": args.camera_rate, "compression": None if args.compression == "none" else "zstd",
+               "policy": None if args.policy is None else str(args.policy), "handover": handover,
+               "latency_ticks": args.latency_ticks}
 
     started = time.monotonic()
     records = []
@@ -167,6 +238,7 @@ def run(args) -> int:
         "frames": sum(r["frames"] for r in records), "ticks": sum(r["ticks"] for r in records),
         "bytes": sum(r["bytes"] for r in records), "wall_time_s": round(time.monotonic() - started, 2),
         "seed": args.seed, "blocks": args.blocks, "perturb": args.perturb, "workers": args.workers,
+        "policy": options["policy"], "handover": args.handover if args.policy is not None else None,
         "episodes_detail": records,
     }
     if args.json:

@@ -30,12 +30,12 @@ encoder_layers, decoder_layers, chunk_size, dropout, use_cvae, kl_weight,
 target_weight, ...) or a TrainConfig field (steps, batch_size, lr, weight_decay,
 warmup_steps, min_lr_ratio, seed, val_fraction, val_samples, val_every,
 checkpoint_every, augment, grad_clip, threads, grounding_layouts, grounding_seed,
-grounding_borrowed_poses), optionally prefixed "policy." or "train.". VALUE is JSON
+grounding_borrowed_poses, init_from), optionally prefixed "policy." or "train.". VALUE is JSON
 (128, 1e-4, true, ["front"]) or a plain word; cameras also takes front,wrist.
 target_weight > 0 adds the target head (where is the named block?), trained on pixels
 labelled from the bags' objects topic; grounding_layouts renders that many extra
 layouts for it (README: "Finding the named block").
---steps, --batch-size, --lr and --seed override everything else.
+--steps, --batch-size, --lr, --seed and --init override everything else.
 Example: --config width=128 encoder_layers=3 lr=5e-4 augment=false"""
 
 
@@ -52,6 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--lr", type=float, help="peak learning rate")
     parser.add_argument("--seed", type=int, help="seed for init, split, order, augmentation")
+    parser.add_argument("--init", type=Path, metavar="CKPT_DIR",
+                        help="fine-tune: start from this checkpoint's weights and statistics "
+                             "(same policy config; sets train.init_from)")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="decoded-bag cache (default: <out>/../.cache, or "
                              "~/.cache/arm_act when that is not writable)")
@@ -185,7 +188,7 @@ def run(args) -> int:
 
     policy_config, train_config = build_configs(
         args.config, {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-                      "seed": args.seed})
+                      "seed": args.seed, "init_from": None if args.init is None else str(args.init)})
     cache = args.cache or default_cache(args.out)
     try:
         bags = find_bags(args.data)

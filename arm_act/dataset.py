@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
@@ -299,12 +300,36 @@ def extract_episode(bag_dir: str | os.PathLike,
         except (KeyError, ValueError):
             return fallback
 
+    if "expert_from_s" in custom:  # a takeover bag: only the expert's part is a demonstration
+        images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
+            custom["expert_from_s"], rate, bag, images, frame_state, frame_target, frame_ticks, success, status)
+
     return EpisodeArrays(
         bag=str(bag), instruction=instruction, success=success, status=status,
         seed=as_int("seed", first["seed"]), n_blocks=as_int("n_blocks", first["n_blocks"]),
         control_rate=rate, camera_rate=first["camera_rate"], cameras=cameras,
         frame_ticks=frame_ticks, images=images, frame_state=frame_state,
         commands=command_array, frame_target=frame_target)
+
+
+def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, frame_target, frame_ticks,
+                 success: bool, status: str):
+    """The frames from the tick the expert took over (custom_data expert_from_s, sim
+    seconds; "none" when the policy ended the episode before the handover: then the bag
+    demonstrates nothing and counts as not successful)."""
+    if expert_from == "none":
+        return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (policy only)"
+    try:
+        seconds = float(expert_from)
+    except ValueError:
+        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} is not a number or "
+                           "'none'") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} must be >= 0")
+    keep = frame_ticks >= int(round(seconds * rate))
+    if not keep.any():
+        return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (no expert frames)"
+    return images[keep], frame_state[keep], frame_target[keep], frame_ticks[keep], success, status
 
 
 def _frame_targets(objects: list[tuple[int, object]], frame_stamps: np.ndarray,

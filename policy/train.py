@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from policy.budget import torch_threads
-from policy.checkpoint import CheckpointError, read_config, save_checkpoint
+from policy.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from policy.config import PolicyConfig
 from policy.data import ChunkDataset, fit_normalizer, split_episodes
 from policy.model import ACTPolicy, chunk_l1, target_error
@@ -405,6 +405,19 @@ class _Trainer:
         }
 
 
+def _load_init(directory: str, cfg: PolicyConfig):
+    """(model, normalizer) of the checkpoint to fine-tune from; its config must be cfg."""
+    try:
+        model, normalizer, config = load_checkpoint(directory)
+    except CheckpointError as exc:
+        raise TrainingError(f"init_from: {exc}") from None
+    diffs = config.differences(cfg)
+    if diffs:
+        raise TrainingError(f"init_from {directory} is a checkpoint of another policy config "
+                            f"({describe_differences(diffs)})")
+    return model, normalizer
+
+
 def _check_out_dir(out: Path, policy_config: PolicyConfig) -> None:
     """When resuming, refuse to overwrite a finished checkpoint of another config."""
     if not (out / "config.json").is_file() or find_train_state(out) is not None:
@@ -468,10 +481,15 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         logger.info("not resuming: removing the training state in %s", state_path)
         remove_train_state(out)
 
+    init = None
+    if tcfg.init_from and saved is None:
+        init = _load_init(tcfg.init_from, cfg)
     try:
         train_eps = [episodes[i] for i in train_ids]
-        normalizer = (Normalizer.from_dict(saved.state["normalization"]) if saved
-                      else fit_normalizer(train_eps))
+        if saved:
+            normalizer = Normalizer.from_dict(saved.state["normalization"])
+        else:
+            normalizer = init[1] if init else fit_normalizer(train_eps)
         train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer) if val_ids else None
         ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
@@ -484,6 +502,10 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint, ground_val_set)
         if saved is not None:
             trainer.restore(saved)
+        elif init is not None:
+            trainer.model.load_state_dict(init[0].state_dict(), strict=True)
+            trainer.model.train()
+            logger.info("initialised from %s", tcfg.init_from)
         end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)
         try:
             trainer.run(end, progress)

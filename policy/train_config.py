@@ -44,8 +44,13 @@ class TrainConfig:
     grounding_layouts: int = 0
     grounding_seed: int = 1_000_000
     grounding_borrowed_poses: float = 0.5
+    # Fine-tuning: start from this checkpoint's weights and normalization statistics (its
+    # policy config must equal this run's) instead of a fresh initialisation; "" = none.
+    init_from: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.init_from, str):
+            raise ValueError(f"init_from={self.init_from!r} must be a checkpoint path or ''")
         for name in ("steps", "batch_size", "val_samples", "val_every", "checkpoint_every",
                      "log_every", "threads"):
             value = getattr(self, name)

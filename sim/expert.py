@@ -13,6 +13,10 @@ Recovery: a missed grasp (fingers closed on nothing) or a block dropped on the w
 from ABOVE_BLOCK with the block's latest pose. With ExpertConfig.perturb_prob > 0 the
 expert now and then injects a joint-space offset or a pause and then re-plans from the
 measured pose: demonstrations of recovering from off-nominal states.
+
+Taking over mid-task: reset() plans from the state it is given, so it can take over from
+another agent (DAgger-style relabelling, `arm-act collect --policy`). With the named block
+already between the fingers the plan is the place part only.
 """
 
 from __future__ import annotations
@@ -213,8 +217,26 @@ class ScriptedExpert:
         self._perturb = None
         self._gripper = float(np.mean(joint_position[7:9]))
         self.done = False
-        self._plan = self._pick_plan() + self._place_plan()
+        self._plan = self._plan_from(self._q)
         self._segment = None
+
+    def _plan_from(self, q: np.ndarray) -> list[Waypoint]:
+        """The plan from joint positions q (9,): pick and place, or only the place part when
+        the named block is already between the fingers (taking over from another agent
+        mid-task), without ABOVE_BOX when the hand is already over the box below carry height."""
+        assert self._block is not None and self._box is not None
+        grasp_point, _ = self._fk(q)
+        fingers = float(np.mean(q[7:9]))
+        in_hand = (0.006 < fingers < GRIPPER_MAX - 0.005
+                   and float(np.linalg.norm(self._block.position - grasp_point)) < 0.03)
+        if not in_hand:
+            return self._pick_plan() + self._place_plan()
+        place = self._place_plan()
+        over_box = float(np.linalg.norm(grasp_point[:2] - self._box.position[:2])) < 0.02
+        if over_box and grasp_point[2] < self.config.carry_height + 0.02:
+            place = place[1:]
+        logger.debug("expert: taking over with the block in hand, plan %s", [w.kind.value for w in place])
+        return place
 
     def _update_objects(self, objects: list[ObjectState] | None) -> None:
         for obj in objects or ():

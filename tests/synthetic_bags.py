@@ -98,12 +98,13 @@ def write_demo_bag(path: Path, ticks: int = 30, *, control_rate: int = 50, camer
                    success: bool | None = True, final_state: str = "success",
                    instruction: str = INSTRUCTION, commands: bool = True,
                    command_delay_ns: int = 0, encoding: str = "rgb8", seed: int = 7,
-                   skip_topics: tuple[str, ...] = ()) -> Path:
+                   skip_topics: tuple[str, ...] = (), metadata: dict | None = None) -> Path:
     """One episode of `ticks` control ticks; success=None leaves custom_data without
-    "success" (the final /episode state decides)."""
+    "success" (the final /episode state decides); metadata: more custom_data entries."""
     specs = [s for s in live_topic_specs(cameras) if s.name not in skip_topics]
-    metadata = {"seed": seed, "n_blocks": 3, "instruction": instruction, "expert": "scripted",
-                "status": final_state}
+    extra, metadata = metadata, {"seed": seed, "n_blocks": 3, "instruction": instruction,
+                                 "expert": "scripted", "status": final_state}
+    metadata.update(extra or {})
     if success is not None:
         metadata["success"] = "true" if success else "false"
     start_ns = int(round(start * 1e9))

@@ -4,6 +4,7 @@ count; an episode that raises leaves its bag marked incomplete."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,3 +90,52 @@ def test_an_episode_that_raises_leaves_an_incomplete_bag(tmp_path):
     info = bag_info(tmp_path / "episode_9")
     assert not info.complete and "agent crashed" in info.problem
     assert info.topics["/arm_controller/commands"].message_count == 12  # ticks 0..11, flushed by abort
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
+
+
+def test_takeover_collection_records_policy_then_expert(tmp_path, capsys):
+    """The shipped policy drives until the seeded handover time, then the expert finishes;
+    the bag says where the expert's commands start and training reads only that part."""
+    from arm_act.dataset import extract_episode
+
+    out = tmp_path / "takeover"
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "0.3-0.5", "--episodes", "1",
+                     "--out", str(out), *ARGS]) == 0
+    record = json.loads(capsys.readouterr().out)["episodes_detail"][0]
+    custom = bag_info(out / "episode_3").custom_data
+    handover = float(custom["handover_s"])
+    assert 0.3 <= handover <= 0.5 and custom["policy"] == str(SHIPPED)
+    expert_from = float(custom["expert_from_s"])  # the first 50 Hz tick at or after the handover
+    assert expert_from == record["expert_from_s"] and handover <= expert_from < handover + 0.02
+    first_tick = round(expert_from * 50)
+    assert first_tick == pytest.approx(expert_from * 50, abs=1e-6)
+    episode = extract_episode(out / "episode_3")
+    assert episode.frame_ticks[0] >= first_tick and episode.frame_ticks[0] - first_tick < 5
+    assert record["success"] == episode.success  # the expert finished the task (or the bag says not)
+    # The same seed draws the same handover time.
+    again = tmp_path / "again"
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "0.3-0.5", "--episodes", "1",
+                     "--out", str(again), *ARGS]) == 0
+    assert bag_info(again / "episode_3").custom_data["handover_s"] == custom["handover_s"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--handover", "5-2"], "--handover '5-2' must satisfy 0 <= LO <= HI"),
+    (["--handover", "soon"], "--handover 'soon' must be seconds LO-HI"),
+    (["--latency-ticks", "-1"], "--latency-ticks -1 must be >= 0"),
+])
+def test_takeover_collection_rejects_bad_options(tmp_path, capsys, args, message):
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--episodes", "1", "--out", str(tmp_path / "x"),
+                     *args, *ARGS]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_takeover_collection_rejects_a_bad_checkpoint(tmp_path, capsys):
+    (tmp_path / "ckpt").mkdir()
+    assert cli.main(["collect", "--policy", str(tmp_path / "ckpt"), "--episodes", "1",
+                     "--out", str(tmp_path / "x"), *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert f"--policy {tmp_path / 'ckpt'}" in err and err.count("\n") == 1

@@ -112,6 +112,29 @@ def test_success_falls_back_to_the_final_episode_state(tmp_path):
     assert not ep.success
 
 
+def test_takeover_bags_keep_only_the_frames_the_expert_commanded(tmp_path):
+    full = extract_episode(write_demo_bag(tmp_path / "full", ticks=30))
+    ep = extract_episode(write_demo_bag(tmp_path / "tk", ticks=30, metadata={"expert_from_s": "0.3"}))
+    assert ep.frame_ticks.tolist() == [15, 20, 25]  # 0.3 s = tick 15 at 50 Hz
+    np.testing.assert_array_equal(ep.images, full.images[3:])
+    np.testing.assert_array_equal(ep.frame_state, full.frame_state[3:])
+    np.testing.assert_array_equal(ep.frame_target, full.frame_target[3:])
+    np.testing.assert_array_equal(ep.commands, full.commands)  # their future commands, all kept
+    assert ep.success and ep.status == "success"
+    # The policy ended the episode before the handover, or the expert part has no frame:
+    # nothing was demonstrated, so the bag is not a successful demonstration.
+    for value, status in (("none", "success (policy only)"), ("0.9", "success (no expert frames)")):
+        ep = extract_episode(write_demo_bag(tmp_path / value, ticks=30, metadata={"expert_from_s": value}))
+        assert (ep.success, ep.status, ep.n_frames, ep.images.shape[1:]) == (False, status, 0, (2, 32, 32, 3))
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_bad_handover_time_is_a_clear_error(tmp_path, value):
+    bag = write_demo_bag(tmp_path / "tk", ticks=10, metadata={"expert_from_s": value})
+    with pytest.raises(DatasetError, match=f"{bag}: custom_data expert_from_s='{value}'"):
+        extract_episode(bag)
+
+
 @pytest.mark.parametrize("missing", ["/camera/wrist/image_raw", "/joint_states", "/episode"])
 def test_missing_topic_names_bag_and_topic(tmp_path, missing):
     bag = write_demo_bag(tmp_path / "ep", ticks=10, skip_topics=(missing,))

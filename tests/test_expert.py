@@ -67,6 +67,45 @@ def test_expert_recovers_from_a_lost_grasp(env):
     assert moved and result.success
 
 
+class _Handover:
+    """Agent: one expert until the first tick of segment `kind`, then a fresh expert takes
+    over from that state (what TakeoverAgent does after a policy)."""
+
+    def __init__(self, kind: WaypointKind):
+        self.kind, self.first, self.second = kind, ExpertAgent(), ExpertAgent()
+        self.plan: list[WaypointKind] | None = None
+
+    def reset(self, obs):
+        self.plan = None
+        self.first.reset(obs)
+
+    def act(self, obs):
+        if self.plan is None:
+            wp = self.first.expert.waypoint
+            if wp is None or wp.kind is not self.kind:
+                return self.first.act(obs)
+            self.second.reset(obs)
+            self.plan = [w.kind for w in self.second.expert._plan]
+        return self.second.act(obs)
+
+    def close(self):
+        self.first.close()
+        self.second.close()
+
+
+@pytest.mark.parametrize("kind,plan", [
+    (WaypointKind.LIFT, ["above_box", "lower", "release", "retreat"]),  # block in hand, away from the box
+    (WaypointKind.LOWER, ["lower", "release", "retreat"]),  # already over the box
+    (WaypointKind.DESCEND, ["above_block", "descend", "grasp", "lift", "above_box", "lower", "release", "retreat"]),
+])
+def test_expert_takes_over_mid_task_from_the_state_it_finds(env, kind, plan):
+    agent = _Handover(kind)
+    result = run_episode(env, agent, 5, 3, render=False)
+    agent.close()
+    assert [k.value for k in agent.plan] == plan
+    assert result.success
+
+
 def test_perturbed_expert_still_succeeds_and_differs(env):
     cfg = ExpertConfig(perturb_prob=0.5)
     plain, perturbed = [], []

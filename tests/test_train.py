@@ -137,6 +137,28 @@ def test_resume_refuses_another_config_or_other_data(tmp_path):
     assert load_checkpoint(out)[2].chunk_size == 4
 
 
+def test_init_from_starts_at_the_checkpoints_weights_and_statistics(tmp_path):
+    base = tmp_path / "base"
+    train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST), base, progress=False)
+    # Other data, so fresh statistics would differ; a tiny lr leaves the weights where they start.
+    tuned = tmp_path / "tuned"
+    metrics = train(episodes(seed=5), PolicyConfig(**TINY),
+                    TrainConfig(steps=2, lr=1e-12, init_from=str(base), **FAST), tuned, progress=False)
+    a, b = weights(tuned), weights(base)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-9) for k in a)
+    assert (tuned / "normalization.json").read_text() == (base / "normalization.json").read_text()
+    assert metrics["train"]["init_from"] == str(base)
+    fresh = tmp_path / "fresh"
+    train(episodes(seed=5), PolicyConfig(**TINY), TrainConfig(steps=2, lr=1e-12, **FAST), fresh, progress=False)
+    assert (fresh / "normalization.json").read_text() != (base / "normalization.json").read_text()
+    with pytest.raises(TrainingError, match=r"init_from .* another policy config \(width"):
+        train(episodes(), PolicyConfig(**{**TINY, "width": 64}),
+              TrainConfig(steps=2, init_from=str(base), **FAST), tmp_path / "other", progress=False)
+    with pytest.raises(TrainingError, match="init_from: checkpoint directory .* does not exist"):
+        train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=2, init_from=str(tmp_path / "nope"), **FAST),
+              tmp_path / "other", progress=False)
+
+
 def test_damaged_training_state_is_a_clear_error(tmp_path):
     out = tmp_path / "ckpt"
     data, cfg, tcfg = episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST)
