@@ -124,20 +124,27 @@ class ChunkDataset:
     A batch holds images (B, C, 3, H, W) float in [0, 1]; state (B, S) normalised;
     instruction_ids (B, L) long and instruction_mask (B, L) bool; actions (B, K, A): the
     normalised commands of ticks c .. c+K-1 for a frame at tick c, padded past the
-    episode's end with its last command; action_mask (B, K) bool, False on padding and for
-    episodes with has_actions=False (grounding frames: no actions, only a target);
+    episode's end with its last command; action_mask (B, K) bool, False on padding (unless
+    hold_after_end) and for episodes with has_actions=False (grounding frames: no actions,
+    only a target);
     target (B, 3) float: the named block's position (m), NaN where the episode lacks it;
     target_patch (B, C) long: the patch of each camera holding the named block's centre, -1
     where unknown or outside the image.
     """
 
-    def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer):
+    def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer,
+                 hold_after_end: bool = False):
+        """hold_after_end: supervise the padding too, i.e. teach "after the end, hold the
+        last command". Our episodes end the moment the task succeeds (block in the box,
+        gripper open), so without it the chunk indices past a release are never supervised
+        near the release, and the policy predicts the opening ever later (TrainConfig)."""
         if not episodes:
             raise ValueError("a ChunkDataset needs at least one episode")
         for i, episode in enumerate(episodes):
             validate_episode(episode, i, config)
         self.config = config
         self.chunk_size = config.chunk_size
+        self.hold_after_end = bool(hold_after_end)
         frames = [len(e.frame_ticks) for e in episodes]
         ticks = [len(e.commands) for e in episodes]
         self.n_episodes = len(episodes)
@@ -199,7 +206,7 @@ class ChunkDataset:
             "instruction_ids": self.instruction_ids[episode],  # (B, L)
             "instruction_mask": self.instruction_mask[episode],  # (B, L)
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
-            "action_mask": (tick < end) & self.has_actions[index, None],  # (B, K)
+            "action_mask": ((tick < end) | self.hold_after_end) & self.has_actions[index, None],  # (B, K)
             "target": self.target[index],  # (B, 3) m, NaN where unknown
             "target_patch": self.target_patch[index],  # (B, C) patch index, -1 where unknown
         }

@@ -490,8 +490,9 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
             normalizer = Normalizer.from_dict(saved.state["normalization"])
         else:
             normalizer = init[1] if init else fit_normalizer(train_eps)
-        train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer)
-        val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer) if val_ids else None
+        hold = tcfg.hold_after_end
+        train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold)
+        val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer, hold) if val_ids else None
         ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
                           if ground_val else None)
     except ValueError as exc:

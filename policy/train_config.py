@@ -47,6 +47,10 @@ class TrainConfig:
     # Fine-tuning: start from this checkpoint's weights and normalization statistics (its
     # policy config must equal this run's) instead of a fresh initialisation; "" = none.
     init_from: str = ""
+    # Supervise chunk steps past an episode's end as "hold the last command" instead of
+    # masking them (policy.data.ChunkDataset): episodes end when the task succeeds, so
+    # otherwise nothing teaches the chunk's tail near the release.
+    hold_after_end: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.init_from, str):
@@ -74,8 +78,9 @@ class TrainConfig:
             raise ValueError(f"val_fraction={self.val_fraction!r} must be < 1")
         if not isinstance(self.augment_shift, int) or not 0 <= self.augment_shift <= 16:
             raise ValueError(f"augment_shift={self.augment_shift!r} must be an int in [0, 16]")
-        if not isinstance(self.augment, bool):
-            raise ValueError(f"augment={self.augment!r} must be a bool")
+        for name in ("augment", "hold_after_end"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.num_workers != 0:
             raise ValueError(f"num_workers={self.num_workers!r}: only 0 is supported (batches "
                              "are gathered from in-memory arrays; workers would only copy)")

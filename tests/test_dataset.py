@@ -95,6 +95,10 @@ def test_chunk_samples_are_the_next_k_commands_padded_with_the_last(tmp_path):
     np.testing.assert_allclose(state[1], joint_position(25), rtol=1e-5)
     assert torch.allclose(batch["images"][1, 1], torch.full((3, 32, 32), pixel(25, 1) / 255.0))
     assert batch["instruction_mask"][0].sum() == 7  # "put the red block in the box"
+    # hold_after_end: the padding (the last command, held) is supervised too.
+    held = ChunkDataset([ep], config, norm, hold_after_end=True).batch(torch.tensor([0, 5]))
+    assert held["action_mask"].all()
+    torch.testing.assert_close(held["actions"], batch["actions"])
 
 
 def test_late_commands_within_half_a_period_belong_to_their_tick(tmp_path):

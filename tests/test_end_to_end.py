@@ -46,6 +46,27 @@ def test_collect_report_train(pipeline, capsys):
     assert metrics["data"]["grounding_frames"] == 4 and metrics["final"]["val_grounding_cm"] > 0
 
 
+def test_takeover_round_fine_tunes_the_policy(pipeline, capsys):
+    """One DAgger-style round through the real commands: the trained policy drives, the
+    expert takes over, and training fine-tunes from the checkpoint on both data sets."""
+    root, demos, ckpt = pipeline
+    takeover, tuned = root / "takeover", root / "tuned"
+    assert cli.main(["collect", "--policy", str(ckpt), "--handover", "0.2-0.4", "--episodes", "1",
+                     "--seed", "300000", "--blocks", "2", "--out", str(takeover)]) == 0
+    assert bag_info(takeover / "episode_300000").custom_data["expert_from_s"] != "none"
+    capsys.readouterr()
+    assert cli.main([
+        "train", "--data", str(demos), str(takeover), "--out", str(tuned), "--cache", str(root / "cache"),
+        "--init", str(ckpt), "--config", "width=32", "heads=4", "encoder_layers=1", "chunk_size=10", "steps=2",
+        "batch_size=4", "val_every=2", "checkpoint_every=2", "warmup_steps=1", "augment=false",
+        "target_weight=1.0", "hold_after_end=true",
+    ]) == 0
+    metrics = json.loads((tuned / "metrics.json").read_text())
+    assert metrics["train"]["init_from"] == str(ckpt) and metrics["train"]["hold_after_end"] is True
+    assert metrics["data"]["episodes"] == 3
+    assert (tuned / "normalization.json").read_text() == (ckpt / "normalization.json").read_text()
+
+
 def test_eval_in_process_with_video_and_bags(pipeline, capsys):
     root, _, ckpt = pipeline
     capsys.readouterr()
