@@ -5,6 +5,8 @@
 # benchmarks/results/. About 25 minutes when the policy succeeds (failures run the full 20 s).
 #   benchmarks/run_evals.sh [CHECKPOINT] [EPISODES] [ABLATION_EPISODES]
 # (the shipped results: 200 episodes for the targets, 60 for the queue / ideal ablations)
+# LATENCY_TICKS=N fixes the latency instead of measuring it (when the machine is busy, the
+# measured latency would be too long).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARM_ACT=${ARM_ACT:-.venv/bin/arm-act}
@@ -13,7 +15,9 @@ N=${2:-200}
 NA=${3:-60}
 OUT=benchmarks/results
 mkdir -p "$OUT"
-ev() { "$ARM_ACT" eval --policy "$CKPT" --threads 1 --json "$@"; }
+LAT=()
+if [[ -n "${LATENCY_TICKS:-}" ]]; then LAT=(--latency-ticks "$LATENCY_TICKS"); fi
+ev() { "$ARM_ACT" eval --policy "$CKPT" --threads 1 --json "${LAT[@]}" "$@"; }
 ev --episodes "$N" --seed 100000 --blocks 2-5 --out "$OUT/policy_2-5.json" > /dev/null &
 ev --episodes "$N" --seed 200000 --blocks 6 --out "$OUT/policy_6.json" > /dev/null
 wait
