@@ -68,6 +68,10 @@ class EpisodeArrays:
     frame_target (F, 3) float32: the named block's position (m, world frame) at each frame
     from the `objects` topic, NaN where the bag does not say (an auxiliary training target,
     never a policy input).
+
+    Takeover bags (`arm-act collect --policy`, custom_data expert_from_s) keep only the
+    frames from the expert's first tick on; `success` is False for one whose expert never
+    commanded ("none", status "... (policy only)"), as it demonstrates nothing.
     """
 
     bag: str
