@@ -74,6 +74,7 @@ def _init_worker(options: dict) -> None:
 
 def _close_worker() -> None:
     env = _worker.pop("env", None)
+    _worker.clear()  # the policy runtime and options too: the next run in this process starts clean
     if env is not None:
         env.close()
 
@@ -90,7 +91,7 @@ def collect_episode(spec) -> dict:
     # The same perturbation generator as `arm-act eval --policy expert` and run_expert_episodes.
     expert = ExpertAgent(ExpertConfig(perturb_prob=perturb), rng=np.random.default_rng(spec.seed + 1_000_003))
     agent, metadata = expert, {"expert": "scripted", "perturb_prob": perturb}
-    if "runtime" in _worker:
+    if _worker.get("policy"):
         from arm_act.policy_eval import PolicyAgent, TakeoverAgent
 
         lo, hi = _worker["handover"]
