@@ -101,6 +101,15 @@ class BenchPolicy:
     note: str
 
 
+def _shown(path: Path) -> str:
+    """The checkpoint path as reports show it: relative to the working directory when it is
+    under it, so committed results do not carry one machine's absolute paths."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def load_policy(checkpoint: Path | None, default: Path, scratch: Path) -> BenchPolicy:
     """The given checkpoint, else the shipped one, else the default PolicyConfig with random
     weights (saved under `scratch` so the policy node can load it too). A given checkpoint
@@ -113,7 +122,7 @@ def load_policy(checkpoint: Path | None, default: Path, scratch: Path) -> BenchP
     path = checkpoint if checkpoint is not None else default
     if checkpoint is not None or (default / "model.safetensors").is_file():
         model, normalizer, _ = load_checkpoint(path)
-        return BenchPolicy(model, normalizer, path, False, f"checkpoint {path}")
+        return BenchPolicy(model, normalizer, path, False, f"checkpoint {_shown(path)}")
     torch.manual_seed(0)
     model = ACTPolicy(PolicyConfig()).eval()
     normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.ones(8))
@@ -272,7 +281,7 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
         report["matmul_peak_gflops"] = measure_matmul_gflops(threads, seconds=trials.matmul_seconds)
         policy = load_policy(checkpoint, default_checkpoint, scratch)
         cfg = policy.model.config
-        report["policy"] = {"checkpoint": None if policy.random_weights else str(policy.checkpoint),
+        report["policy"] = {"checkpoint": None if policy.random_weights else _shown(policy.checkpoint),
                             "random_weights": policy.random_weights, "note": policy.note,
                             "tokens": cfg.encoder_tokens, "chunk_size": cfg.chunk_size,
                             "width": cfg.width, "heads": cfg.heads,
