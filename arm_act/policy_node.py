@@ -66,7 +66,8 @@ class PolicyNode(ControllerNode):
         self.enabled = True
 
         self.images: dict[str, tuple[int, np.ndarray]] = {}  # camera -> (stamp ns, (H, W, 3))
-        self.last_pair_ns = -1
+        self.last_pair_ns = -1  # the newest camera pair handed to inference
+        self._pair_ns: int | None = None  # the newest complete camera pair received
         self.ready_chunks: dict[int, np.ndarray] = {}  # lockstep: start tick -> chunk
         self.inflight_ticks: set[int] = set()
         self.last_chunk_tick = -1
@@ -117,10 +118,28 @@ class PolicyNode(ControllerNode):
             stamps = {self.images[c][0] for c in self.cameras if c in self.images}
             complete_pair = len(stamps) == 1 and all(c in self.images for c in self.cameras)
             if complete_pair and stamp > self.last_pair_ns:
-                self.last_pair_ns = stamp
-                if self.mode == "realtime":
-                    self._submit(stamp)
+                self._pair_ns = stamp
+                self._submit_realtime()
         self.try_lockstep_tick()
+
+    def joint_state_callback(self, msg) -> None:
+        super().joint_state_callback(msg)
+        with self.lock:
+            self._submit_realtime()
+
+    def _submit_realtime(self) -> None:
+        """Realtime: infer on the newest complete camera pair once the joint state of its
+        tick (or a later one) is here too (lock held). sim_node publishes a tick's images
+        before its joint state, so submitting on the images alone would pair them with the
+        previous tick's joints: in-process evaluation and lockstep never do that, and
+        measured live it cost grasps (README, "The demo")."""
+        pair = self._pair_ns
+        if self.mode != "realtime" or pair is None or pair <= self.last_pair_ns or self.joint_stamp_ns < pair:
+            return
+        if not all(self.images[c][0] == pair for c in self.cameras):
+            return  # an image of a newer pair has arrived meanwhile: wait for that pair
+        self.last_pair_ns = pair
+        self._submit(pair)
 
     def _fit_size(self, rgb: np.ndarray) -> np.ndarray:
         h, w = rgb.shape[:2]

@@ -206,3 +206,41 @@ def test_disable_stops_commands_and_enable_resumes(ros_context, tiny_checkpoint)
     finally:
         policy.destroy_node()
         feed.destroy_node()
+
+
+def test_realtime_pairs_a_camera_pair_with_the_joint_state_of_its_tick(ros_context, tiny_checkpoint):
+    """sim_node publishes a tick's images before its joint state: the node waits for that
+    joint state instead of inferring with the previous tick's (what lockstep and in-process
+    evaluation do)."""
+    policy = PolicyNode(context=ros_context, parameter_overrides=_params(mode="realtime", checkpoint=str(tiny_checkpoint)))
+    submitted = []
+    policy._submit = lambda stamp, tick=None: submitted.append((stamp, policy.joint_positions.copy()))
+    try:
+        info = conv.EpisodeInfo(episode=0, seed=0, n_blocks=3, state="running",
+                                instruction="put the red block in the box", time=0.0, start=1.0)
+        policy.episode_callback(conv.episode_msg(info))
+
+        def joints(t, value):
+            q = np.full(9, value)
+            policy.joint_state_callback(JointState(header=conv.header(t, ""), name=list(conv.JOINT_NAMES),
+                                                   position=[float(v) for v in q], velocity=[0.0] * 9,
+                                                   effort=[0.0] * 9))
+
+        def pair(t):
+            for name in ("front", "wrist"):
+                policy.image_callback(name, conv.image_msg(t, np.full((96, 96, 3), 120, np.uint8), name))
+
+        joints(1.18, 0.1)
+        pair(1.2)
+        assert submitted == []  # the joints are a tick old: wait
+        joints(1.2, 0.2)
+        assert [s for s, _ in submitted] == [conv.stamp_to_ns(conv.to_stamp(1.2))]
+        np.testing.assert_array_equal(submitted[0][1], np.full(9, 0.2))
+        joints(1.22, 0.3)
+        pair(1.2)  # the same pair again: not resubmitted
+        assert len(submitted) == 1
+        joints(1.42, 0.4)  # joints ahead of the images (reordered delivery): submit on the pair
+        pair(1.4)
+        assert len(submitted) == 2 and submitted[1][1][0] == 0.4
+    finally:
+        policy.destroy_node()
