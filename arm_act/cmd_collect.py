@@ -50,10 +50,10 @@ def configure(parser) -> None:
     group = parser.add_argument_group("expert takeover")
     group.add_argument("--policy", type=Path, metavar="CKPT_DIR",
                        help="a checkpoint that drives each episode until the handover time")
-    group.add_argument("--handover", default="1-10", metavar="LO-HI",
-                       help="handover time range, sim seconds (with --policy)")
-    group.add_argument("--latency-ticks", type=int, default=1,
-                       help="control ticks before a chunk is usable (with --policy)")
+    group.add_argument("--handover", metavar="LO-HI",
+                       help="handover time range, sim seconds (with --policy; default 1-10)")
+    group.add_argument("--latency-ticks", type=int,
+                       help="control ticks before a chunk is usable (with --policy; default 1)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the complete bags already in --out and collect only the missing episodes "
                              "(a bag left incomplete by an interrupted run is set aside as <name>.incomplete)")
@@ -108,13 +108,12 @@ def collect_episode(spec) -> dict:
         raise
     finally:
         expert.close()
-    record = {}
+    record, final = {}, {}
     if agent is not expert:
         tick = agent.handover_tick
-        expert_from = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
-        recorder.writer.set_metadata("expert_from_s", expert_from)
-        record["expert_from_s"] = None if tick is None else float(expert_from)
-    recorder.finish(result)
+        final["expert_from_s"] = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
+        record["expert_from_s"] = None if tick is None else float(final["expert_from_s"])
+    recorder.finish(result, **final)
     return {"seed": result.seed, "n_blocks": result.n_blocks, "status": result.status, "success": bool(result.success),
             "duration_s": round(float(result.duration), 4), "ticks": result.ticks, "frames": recorder.frames,
             "bag": str(recorder.path), "bytes": sum(f.stat().st_size for f in recorder.path.iterdir()), **record}
@@ -185,7 +184,14 @@ def run(args) -> int:
     if args.episodes < 1 or args.workers < 1:
         raise CommandError(f"--episodes {args.episodes} and --workers {args.workers} must be >= 1")
     handover = None
-    if args.policy is not None:
+    if args.policy is None:
+        given = [flag for flag, value in (("--handover", args.handover), ("--latency-ticks", args.latency_ticks))
+                 if value is not None]
+        if given:
+            raise CommandError(f"{' and '.join(given)}: takeover episodes only; add --policy CKPT_DIR")
+    else:
+        args.handover = args.handover or "1-10"
+        args.latency_ticks = 1 if args.latency_ticks is None else args.latency_ticks
         handover = _parse_handover(args.handover)
         if args.latency_ticks < 0:
             raise CommandError(f"--latency-ticks {args.latency_ticks} must be >= 0")

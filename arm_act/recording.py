@@ -101,15 +101,16 @@ class EpisodeBagRecorder:
         write(f"/{conv.GRIPPER_COMMAND_TOPIC}", stamp, conv.float_array_msg([cmd.gripper]))
         self.ticks += 1
 
-    def finish(self, result) -> None:
-        """The final state and status, then close the bag (complete, success marked)."""
+    def finish(self, result, **metadata) -> None:
+        """The final state and status, then close the bag (complete, success marked);
+        keyword arguments are more custom_data entries known only at the end."""
         seconds, stamp = self._stamp(result.duration)
         self._write_state(seconds, stamp, self.env.joint_state(), self.env.objects())
         self.writer.write("/episode", stamp,
                           conv.episode_msg(self._episode_info(result.status, result.duration, result.instruction)))
         for key, value in (("instruction", result.instruction), ("status", result.status),
                            ("success", bool(result.success)), ("ticks", result.ticks), ("frames", self.frames),
-                           ("duration_s", round(float(result.duration), 6))):
+                           ("duration_s", round(float(result.duration), 6)), *metadata.items()):
             self.writer.set_metadata(key, value)
         self.writer.close()
 

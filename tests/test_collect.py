@@ -133,6 +133,12 @@ def test_takeover_collection_rejects_bad_options(tmp_path, capsys, args, message
     assert not (tmp_path / "x").exists()
 
 
+def test_takeover_options_without_a_policy_are_an_error(tmp_path, capsys):
+    assert cli.main(["collect", "--handover", "1-2", "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
+    assert "--handover: takeover episodes only; add --policy CKPT_DIR" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_takeover_collection_rejects_a_bad_checkpoint(tmp_path, capsys):
     (tmp_path / "ckpt").mkdir()
     assert cli.main(["collect", "--policy", str(tmp_path / "ckpt"), "--episodes", "1",
