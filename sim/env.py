@@ -123,6 +123,11 @@ class ArmEnv:
         self._require()
         return {name: cam.render() for name, cam in self._cameras.items()}
 
+    def grasp_point(self) -> np.ndarray:
+        """(3,) world position of the grasp point (panda_grasptarget, between the fingertips)."""
+        robot = self._require()[0]
+        return np.asarray(self._backend.link_pose(robot.body, robot.grasp_link)[0], dtype=np.float64)
+
     def camera_intrinsics(self, name: str) -> np.ndarray:
         """K (3,3) of camera `name` (PyBullet vertical-fov projection, square pixels)."""
         return intrinsics(self.config.camera(name))  # KeyError lists the known names

@@ -106,6 +106,15 @@ def test_expert_takes_over_mid_task_from_the_state_it_finds(env, kind, plan):
     assert result.success
 
 
+def test_env_grasp_point_is_the_experts_forward_kinematics(env):
+    env.reset(seed=6, n_blocks=2)
+    expert = ScriptedExpert()
+    try:
+        np.testing.assert_allclose(env.grasp_point(), expert._fk(env.joint_state().position)[0], atol=1e-6)
+    finally:
+        expert.close()
+
+
 def test_perturbed_expert_still_succeeds_and_differs(env):
     cfg = ExpertConfig(perturb_prob=0.5)
     plain, perturbed = [], []

@@ -1,7 +1,8 @@
-"""The release diagnostics behind the README's "Letting go" section.
+"""The policy diagnostics behind the README's "Letting go" section.
 
-    python benchmarks/release_diagnostics.py labels DIR... [--cache DIR]
-    python benchmarks/release_diagnostics.py probe CKPT TAKEOVER_DIR [--cache DIR] [--after 6]
+    python benchmarks/policy_diagnostics.py labels DIR... [--cache DIR]
+    python benchmarks/policy_diagnostics.py probe CKPT TAKEOVER_DIR [--cache DIR] [--after 6]
+    python benchmarks/policy_diagnostics.py grasps CKPT --seeds 100018 100026 ... [--blocks 2-5]
 
 labels: in every successful demonstration, the frames where the named block is held low
 over the box (fingers on a block, block centre 4-9 cm high, within 5 cm of the box centre),
@@ -12,6 +13,11 @@ probe: the checkpoint's predicted gripper opening (mm, every 5th chunk step) at 
 three expert frames of takeover episodes whose expert took over after --after seconds (the
 policy that drove them was hovering over the box by then), beside the step at which the
 expert actually opens.
+
+grasps: closed-loop episodes of the given evaluation seeds (in process, latency 1 tick, as
+`arm-act eval`), and where the grasp point was relative to the named block when the
+gripper command first closed (cm; x points away from the robot), and whether the named
+block was ever lifted.
 """
 from __future__ import annotations
 
@@ -82,6 +88,38 @@ def probe(args) -> None:
                   f"0,5,..: {np.round(chunk[::5, 7] * 1000).astype(int).tolist()}")
 
 
+def grasps(args) -> None:
+    from arm_act.episodes import episode_spec, parse_blocks
+    from arm_act.policy_eval import LIFTED_Z, PolicyAgent, named_block_position
+    from policy.runtime import PolicyRuntime
+    from sim import ArmEnv
+    from sim.rollout import run_episode
+
+    runtime = PolicyRuntime.from_checkpoint(args.checkpoint, threads=1)
+    env = ArmEnv(SimConfig())
+    blocks = parse_blocks(args.blocks)
+    try:
+        for seed in args.seeds:
+            spec = episode_spec(seed - args.first_seed, args.first_seed, blocks)
+            agent = PolicyAgent(runtime, 1)
+            first_close, lifted = None, False
+
+            def on_tick(obs, cmd):
+                nonlocal first_close, lifted
+                block = named_block_position(obs.objects, obs.instruction)
+                lifted = lifted or bool(block is not None and block[2] > LIFTED_Z)
+                if first_close is None and cmd.gripper < OPEN and block is not None:
+                    first_close = (obs.time, env.grasp_point() - block)
+
+            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True, on_tick=on_tick)
+            where = ("never closed" if first_close is None else
+                     f"first close at t={first_close[0]:.2f} s, grasp point - block = "
+                     f"{np.round(first_close[1] * 100, 1).tolist()} cm")
+            print(f"seed {seed}: {result.status}; {where}; named block {'lifted' if lifted else 'not lifted'}")
+    finally:
+        env.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,8 +132,13 @@ def main() -> None:
     p.add_argument("--cache", type=Path, default=Path("runs/.cache"))
     p.add_argument("--after", type=float, default=6.0, help="only handovers after this many seconds")
     p.add_argument("--episodes", type=int, default=6)
+    p = sub.add_parser("grasps")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--blocks", default="2-5", help="as in arm-act eval (the block count is drawn from the seed)")
+    p.add_argument("--first-seed", type=int, default=100000, help="the evaluation's --seed")
     args = parser.parse_args()
-    labels(args) if args.command == "labels" else probe(args)
+    {"labels": labels, "probe": probe, "grasps": grasps}[args.command](args)
 
 
 if __name__ == "__main__":
