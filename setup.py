@@ -1,10 +1,16 @@
-"""ament_python package arm_act: the ROS nodes (arm_act/), the PyBullet sim (sim/) and the
-transformer policy (policy/), with launch files, parameter files and the shipped checkpoint."""
+"""ament_python package arm_act: the ROS nodes and tools (arm_act/), the PyBullet sim (sim/) and
+the transformer policy (policy/), with launch files, parameter files and the shipped checkpoint.
+
+sim/ and policy/ install as arm_act.sim and arm_act.policy: arm_act/sim and arm_act/policy are
+symbolic links to them. A package_dir mapping would say the same, but `colcon build
+--symlink-install` (setup.py develop) refuses it ("package directory 'sim' does not exist");
+the links work with pip, wheels and colcon alike."""
 from glob import glob
 
 from setuptools import setup
 
 PACKAGE = "arm_act"
+SUBPACKAGES = ("bags", "bench", "cli", "common", "data", "eval", "nodes", "ros", "sim", "policy")
 
 
 def _files(pattern):
@@ -14,7 +20,7 @@ def _files(pattern):
 setup(
     name=PACKAGE,
     version="0.1.0",
-    packages=[PACKAGE, "sim", "policy"],
+    packages=[PACKAGE] + [f"{PACKAGE}.{sub}" for sub in SUBPACKAGES],
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -30,11 +36,11 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "sim_node = arm_act.sim_node:main",
-            "expert_node = arm_act.expert_node:main",
-            "policy_node = arm_act.policy_node:main",
-            "bag_recorder = arm_act.bag_recorder:main",
-            "arm-act = arm_act.cli:main",
+            "sim_node = arm_act.nodes.sim_node:main",
+            "expert_node = arm_act.nodes.expert_node:main",
+            "policy_node = arm_act.nodes.policy_node:main",
+            "bag_recorder = arm_act.nodes.bag_recorder:main",
+            "arm-act = arm_act.cli.main:main",
         ],
     },
 )

@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_act.bagio import bag_info  # noqa: E402
-from arm_act.dataset import find_bags, load_dataset  # noqa: E402
-from sim.config import SimConfig  # noqa: E402
+from arm_act.bags import bag_info  # noqa: E402
+from arm_act.data.dataset import find_bags, load_dataset  # noqa: E402
+from arm_act.sim.config import SimConfig  # noqa: E402
 
 OPEN = 0.02  # m: a gripper command above this is "open" (GRIPPER_MAX is 0.04)
 
@@ -65,7 +65,7 @@ def labels(args) -> None:
 
 
 def probe(args) -> None:
-    from policy.runtime import PolicyRuntime
+    from arm_act.policy.runtime import PolicyRuntime
 
     runtime = PolicyRuntime.from_checkpoint(args.checkpoint, threads=1)
     late = []
@@ -89,11 +89,11 @@ def probe(args) -> None:
 
 
 def grasps(args) -> None:
-    from arm_act.episodes import episode_spec, parse_blocks
-    from arm_act.policy_eval import LIFTED_Z, PolicyAgent, named_block_position
-    from policy.runtime import PolicyRuntime
-    from sim import ArmEnv
-    from sim.rollout import run_episode
+    from arm_act.common.episodes import episode_spec, parse_blocks
+    from arm_act.eval.in_process import LIFTED_Z, PolicyAgent, named_block_position
+    from arm_act.policy.runtime import PolicyRuntime
+    from arm_act.sim import ArmEnv
+    from arm_act.sim.rollout import run_episode
 
     runtime = PolicyRuntime.from_checkpoint(args.checkpoint, threads=1)
     env = ArmEnv(SimConfig())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from policy.attention import MultiHeadAttention, RotaryEmbedding
+from arm_act.policy.attention import MultiHeadAttention, RotaryEmbedding
 
 
 class MLP(nn.Module):

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
 
 # Training a sample costs about 3x its forward pass: the backward pass computes gradients
 # for both the activations and the weights, each about one forward's worth of matmuls.

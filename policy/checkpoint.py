@@ -24,9 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
 
 FORMAT = "arm_act.policy"
 FORMAT_VERSION = 1

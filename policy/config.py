@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.vocab import default_vocab, validate_vocab
+from arm_act.policy.vocab import default_vocab, validate_vocab
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ of the K commands that follow it (ACT's action chunking, Zhao et al. 2023, Sec. 
 
 Episodes are any objects with the attributes instruction (str), frame_ticks (F,) int,
 images (F, C, H, W, 3) uint8, frame_state (F, S) and commands (T, A) (e.g.
-arm_act.dataset.EpisodeArrays). The whole dataset is held in memory as uint8 images and
+arm_act.data.dataset.EpisodeArrays). The whole dataset is held in memory as uint8 images and
 float32 vectors; a batch is built by indexing, and augmentation works on the whole batch
 at once, so no Python loop touches pixels.
 """
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from policy.config import PolicyConfig
-from policy.normalizer import Normalizer
-from policy.vocab import InstructionTokenizer
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.vocab import InstructionTokenizer
 
 # DrQ's pad-and-random-crop (Kostrikov et al. 2021) uses 4 px at 84 px; our blocks are only
 # 4-5 px wide in the fixed front camera, where a 4 px shift moves a block by its own width

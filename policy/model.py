@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from policy.attention import RotaryEmbedding, key_padding_mask
-from policy.blocks import Decoder, Encoder
-from policy.config import PolicyConfig
-from policy.tokens import PatchEmbedding, sinusoidal_1d
-from policy.vocab import PAD_ID, InstructionTokenizer
+from arm_act.policy.attention import RotaryEmbedding, key_padding_mask
+from arm_act.policy.blocks import Decoder, Encoder
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.tokens import PatchEmbedding, sinusoidal_1d
+from arm_act.policy.vocab import PAD_ID, InstructionTokenizer
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from policy.budget import dummy_inputs
-from policy.model import ACTPolicy
+from arm_act.policy.budget import dummy_inputs
+from arm_act.policy.model import ACTPolicy
 
 logger = logging.getLogger(__name__)
 

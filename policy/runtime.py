@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policy.checkpoint import load_checkpoint
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
+from arm_act.policy.checkpoint import load_checkpoint
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
 
 ARM_JOINTS = 7
 BACKENDS = ("torch", "onnx")
@@ -144,7 +144,7 @@ class PolicyRuntime:
         self.requested_backend = backend
         self.backend, self.backend_note, self._onnx = "torch", "", None
         if backend == "onnx":
-            from policy.onnx_backend import verified_onnx_policy
+            from arm_act.policy.onnx_backend import verified_onnx_policy
 
             self._onnx, self.backend_note = verified_onnx_policy(
                 self.model, threads if threads is not None else torch.get_num_threads())

@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from policy.budget import torch_threads
-from policy.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
-from policy.config import PolicyConfig
-from policy.data import ChunkDataset, fit_normalizer, split_episodes
-from policy.model import ACTPolicy, chunk_l1, target_error
-from policy.normalizer import Normalizer
-from policy.train_config import TrainConfig, lr_at
-from policy.train_state import (
+from arm_act.policy.budget import torch_threads
+from arm_act.policy.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.data import ChunkDataset, fit_normalizer, split_episodes
+from arm_act.policy.model import ACTPolicy, chunk_l1, target_error
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.train_config import TrainConfig, lr_at
+from arm_act.policy.train_state import (
     STATE_DIR,
     SavedState,
     TrainingError,
@@ -439,7 +439,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
           grounding: Sequence = ()) -> dict[str, Any]:
     """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
 
-    grounding: frames without actions (has_actions=False, e.g. arm_act.grounding) that train
+    grounding: frames without actions (has_actions=False, e.g. arm_act.data.grounding) that train
     only the target head; val_fraction of them (at least one) is held out and reported as
     the validation grounding error.
 

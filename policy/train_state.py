@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from policy.config import PolicyConfig
+from arm_act.policy.config import PolicyConfig
 
 logger = logging.getLogger(__name__)
 

@@ -4,11 +4,11 @@ Public API (see the contract): SimConfig, CameraConfig, ArmEnv, ObjectState,
 JointStateArrays, ScriptedExpert, ExpertConfig; sim.rollout holds the episode loop.
 """
 
-from sim.config import COLOURS, CameraConfig, SimConfig
-from sim.env import ArmEnv
-from sim.expert import ExpertConfig, ScriptedExpert, Waypoint, WaypointKind
-from sim.robot import JOINT_NAMES, JointStateArrays
-from sim.task import ObjectState
+from arm_act.sim.config import COLOURS, CameraConfig, SimConfig
+from arm_act.sim.env import ArmEnv
+from arm_act.sim.expert import ExpertConfig, ScriptedExpert, Waypoint, WaypointKind
+from arm_act.sim.robot import JOINT_NAMES, JointStateArrays
+from arm_act.sim.task import ObjectState
 
 __all__ = ["COLOURS", "JOINT_NAMES", "ArmEnv", "CameraConfig", "ExpertConfig", "JointStateArrays",
            "ObjectState", "ScriptedExpert", "SimConfig", "Waypoint", "WaypointKind"]

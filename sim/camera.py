@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from sim.backend import Backend, projection_matrix, quat_to_matrix, view_matrix
-from sim.config import CameraConfig
+from arm_act.sim.backend import Backend, projection_matrix, quat_to_matrix, view_matrix
+from arm_act.sim.config import CameraConfig
 
 
 def intrinsics(cfg: CameraConfig) -> np.ndarray:

@@ -12,11 +12,11 @@ import logging
 
 import numpy as np
 
-from sim.backend import Backend
-from sim.camera import Camera, intrinsics
-from sim.config import SimConfig
-from sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
-from sim.task import ObjectState, PickPlaceTask
+from arm_act.sim.backend import Backend
+from arm_act.sim.camera import Camera, intrinsics
+from arm_act.sim.config import SimConfig
+from arm_act.sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
+from arm_act.sim.task import ObjectState, PickPlaceTask
 
 logger = logging.getLogger(__name__)
 

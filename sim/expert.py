@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
-from sim.robot import GRIPPER_MAX, HOME, Panda
-from sim.task import BOX_WALL, ObjectState
+from arm_act.sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
+from arm_act.sim.robot import GRIPPER_MAX, HOME, Panda
+from arm_act.sim.task import BOX_WALL, ObjectState
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.backend import Backend, panda_urdf_path
+from arm_act.sim.backend import Backend, panda_urdf_path
 
 ARM_JOINTS: tuple[str, ...] = tuple(f"panda_joint{i}" for i in range(1, 8))
 FINGER_JOINTS: tuple[str, ...] = ("panda_finger_joint1", "panda_finger_joint2")

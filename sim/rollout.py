@@ -15,11 +15,11 @@ from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
-from sim.config import SimConfig
-from sim.env import ArmEnv
-from sim.expert import ExpertConfig, ScriptedExpert
-from sim.robot import JointStateArrays
-from sim.task import ObjectState
+from arm_act.sim.config import SimConfig
+from arm_act.sim.env import ArmEnv
+from arm_act.sim.expert import ExpertConfig, ScriptedExpert
+from arm_act.sim.robot import JointStateArrays
+from arm_act.sim.task import ObjectState
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.backend import Backend, quat_from_yaw
-from sim.config import COLOURS, SimConfig
+from arm_act.sim.backend import Backend, quat_from_yaw
+from arm_act.sim.config import COLOURS, SimConfig
 
 RGBA: dict[str, tuple[float, float, float, float]] = {
     "red": (0.85, 0.08, 0.08, 1.0),

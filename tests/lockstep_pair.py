@@ -8,19 +8,19 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
-from arm_act import conversions as conv
+from arm_act.ros import conversions as conv
 from tests.conftest import spin_until
 
 
 def run_lockstep_pair(context, checkpoint, seed: int, time_limit: float, latency_ticks: int = 1, threads: int = 1):
     """-> (episode info from sim_node, in-process EpisodeResult, {tick: ROS joint positions},
     {tick: in-process joint positions}). Equal torch thread counts make inference identical."""
-    from arm_act.policy_eval import PolicyAgent
-    from arm_act.policy_node import PolicyNode
-    from arm_act.sim_node import SimNode
-    from policy.runtime import PolicyRuntime
-    from sim import ArmEnv, SimConfig
-    from sim.rollout import run_episode
+    from arm_act.eval.in_process import PolicyAgent
+    from arm_act.nodes.policy_node import PolicyNode
+    from arm_act.nodes.sim_node import SimNode
+    from arm_act.policy.runtime import PolicyRuntime
+    from arm_act.sim import ArmEnv, SimConfig
+    from arm_act.sim.rollout import run_episode
 
     def params(**values):
         return [Parameter(k, value=v) for k, v in values.items()] + [Parameter("use_sim_time", value=True)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arm_act.bagio import BagWriter, live_topic_specs, typestore
+from arm_act.bags import BagWriter, live_topic_specs, typestore
 
 JOINTS = tuple(f"panda_joint{i}" for i in range(1, 8)) + ("panda_finger_joint1",
                                                          "panda_finger_joint2")

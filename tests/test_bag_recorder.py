@@ -22,8 +22,8 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64MultiArray, Header, String
 
-from arm_act.bag_recorder import BagRecorder
-from arm_act.bagio import BagError, bag_info, read_bag, repair
+from arm_act.nodes.bag_recorder import BagRecorder
+from arm_act.bags import BagError, bag_info, read_bag, repair
 from tests.conftest import spin_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_recorder_process_survives_signals(ros_context, tmp_path, sig):
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_context.get_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "arm_act.bag_recorder", "--ros-args", "-p", f"bag_path:={bag}",
+        [sys.executable, "-m", "arm_act.nodes.bag_recorder", "--ros-args", "-p", f"bag_path:={bag}",
          "-p", "topics:=[/clock, arm_controller/commands]", "-p", "flush_interval:=0.1"],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     source = Node("source", context=ros_context)

@@ -27,8 +27,8 @@ from std_msgs.msg import Float64MultiArray, Header, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
-from arm_act import bagio
-from arm_act.bagio import BagError, BagWriter, TopicSpec, bag_info, read_bag, repair
+from arm_act import bags as bagio
+from arm_act.bags import BagError, BagWriter, TopicSpec, bag_info, read_bag, repair
 
 ROOT = Path(__file__).resolve().parents[1]
 JOINTS = [f"panda_joint{i}" for i in range(1, 8)] + ["panda_finger_joint1", "panda_finger_joint2"]
@@ -189,7 +189,7 @@ def test_metadata_yaml_is_rosbag2_format(tmp_path):
 KILLED_WRITER = r"""
 import sys, time
 from std_msgs.msg import Float64MultiArray
-from arm_act.bagio import BagWriter, TopicSpec
+from arm_act.bags import BagWriter, TopicSpec
 path, flushed, pending = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 topic = "/arm_controller/commands"
 writer = BagWriter(path, [TopicSpec(topic, "std_msgs/msg/Float64MultiArray")], {"seed": 3},

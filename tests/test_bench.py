@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from arm_act import bench, bench_ros, cli
-from policy.checkpoint import save_checkpoint
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
+from arm_act.bench import suite as bench
+from arm_act.bench import over_dds as bench_ros
+from arm_act.cli import main as cli
+from arm_act.policy.checkpoint import save_checkpoint
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
 
 POSITIVE = ("matmul_peak_gflops", "inference_ms_p50", "inference_ms_p99", "inference_gflops",
             "inference_achieved_gflops_per_s", "inference_efficiency", "inference_torch_ms_p50",

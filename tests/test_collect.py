@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arm_act import cli
-from arm_act.bagio import bag_info, live_topic_types, read_bag
+from arm_act.cli import main as cli
+from arm_act.bags import bag_info, live_topic_types, read_bag
 
 ARGS = ["--blocks", "2", "--seed", "3", "--json"]
 
@@ -65,11 +65,11 @@ def test_collect_never_overwrites(collected, capsys):
 
 
 def test_an_episode_that_raises_leaves_an_incomplete_bag(tmp_path):
-    from sim import ArmEnv
-    from sim.rollout import ExpertAgent, run_episode
+    from arm_act.sim import ArmEnv
+    from arm_act.sim.rollout import ExpertAgent, run_episode
 
-    from arm_act.episodes import episode_spec
-    from arm_act.recording import EpisodeBagRecorder
+    from arm_act.common.episodes import episode_spec
+    from arm_act.bags.episode import EpisodeBagRecorder
 
     class Crashing(ExpertAgent):
         def act(self, obs):
@@ -98,7 +98,7 @@ SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
 def test_takeover_collection_records_policy_then_expert(tmp_path, capsys):
     """The shipped policy drives until the seeded handover time, then the expert finishes;
     the bag says where the expert's commands start and training reads only that part."""
-    from arm_act.dataset import extract_episode
+    from arm_act.data.dataset import extract_episode
 
     out = tmp_path / "takeover"
     assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "0.3-0.5", "--episodes", "1",

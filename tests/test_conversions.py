@@ -5,7 +5,7 @@ import pytest
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from arm_act import conversions as conv
+from arm_act.ros import conversions as conv
 
 
 def _image(rgb: np.ndarray, encoding: str, pad: int = 0) -> Image:

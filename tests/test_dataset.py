@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from arm_act import dataset as ds
-from arm_act.bagio import BagWriter, live_topic_specs
-from arm_act.dataset import DatasetError, extract_episode, find_bags, load_dataset
-from policy.config import PolicyConfig
-from policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
+from arm_act.data import dataset as ds
+from arm_act.bags import BagWriter, live_topic_specs
+from arm_act.data.dataset import DatasetError, extract_episode, find_bags, load_dataset
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 from synthetic_bags import (
     arm_command,
     gripper_command,
@@ -59,7 +59,7 @@ def test_frames_carry_the_named_blocks_position_as_auxiliary_target(tmp_path):
 
 
 def test_target_pixels_map_to_row_major_patches():
-    from policy.data import target_patches
+    from arm_act.policy.data import target_patches
 
     config = PolicyConfig(**TINY)  # 32 px images, 16 px patches: a 2x2 grid
     uv = np.array([[[0.0, 0.0], [31.9, 0.5]], [[16.0, 16.0], [np.nan, np.nan]], [[5.0, 20.0], [31.99, 31.99]]])

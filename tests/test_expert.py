@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from sim import ArmEnv, ExpertConfig, ScriptedExpert, SimConfig, WaypointKind
-from sim.backend import quat_from_yaw, quat_multiply
-from sim.expert import face_yaw, grasp_yaw, min_jerk
-from sim.rollout import Command, ExpertAgent, Observation, run_episode, run_expert_episodes
+from arm_act.sim import ArmEnv, ExpertConfig, ScriptedExpert, SimConfig, WaypointKind
+from arm_act.sim.backend import quat_from_yaw, quat_multiply
+from arm_act.sim.expert import face_yaw, grasp_yaw, min_jerk
+from arm_act.sim.rollout import Command, ExpertAgent, Observation, run_episode, run_expert_episodes
 
 
 @pytest.fixture(scope="module")

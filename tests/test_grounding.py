@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from arm_act.episodes import episode_spec
-from arm_act.grounding import GroundingFrame, approach_poses, label_demo_pixels, pixel_of, render_grounding_frames
-from policy.config import PolicyConfig
-from policy.data import ChunkDataset, fit_normalizer
-from policy.train import TrainConfig, TrainingError, train
-from sim import ArmEnv, SimConfig
-from sim.robot import HOME
+from arm_act.common.episodes import episode_spec
+from arm_act.data.grounding import GroundingFrame, approach_poses, label_demo_pixels, pixel_of, render_grounding_frames
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.data import ChunkDataset, fit_normalizer
+from arm_act.policy.train import TrainConfig, TrainingError, train
+from arm_act.sim import ArmEnv, SimConfig
+from arm_act.sim.robot import HOME
 
 TINY = dict(image_size=96, patch_size=16, width=32, heads=2, encoder_layers=1, decoder_layers=1,
             chunk_size=5, mlp_ratio=2)

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from policy import onnx_backend
-from policy.budget import dummy_inputs, torch_threads
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
-from policy.onnx_backend import OnnxPolicy, export_inputs, verified_onnx_policy
-from policy.runtime import PolicyRuntime
+from arm_act.policy import onnx_backend
+from arm_act.policy.budget import dummy_inputs, torch_threads
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.onnx_backend import OnnxPolicy, export_inputs, verified_onnx_policy
+from arm_act.policy.runtime import PolicyRuntime
 
 INSTRUCTION = "put the red block in the box"
 

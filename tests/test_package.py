@@ -14,18 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("package", ["sim", "policy"])
 def test_core_imports_without_ros(package):
-    # A meta-path hook makes any ROS import fail, then every module of the package is imported.
+    # A meta-path hook makes any ROS import, and any import of the rest of arm_act (the other
+    # core included), fail; then every module of the core is imported.
+    other = {"sim": "policy", "policy": "sim"}[package]
     code = f"""
 import importlib, pkgutil, sys
 class Block:
     def find_spec(self, name, path=None, target=None):
-        root = name.split('.')[0]
-        if root in ('rclpy', 'sensor_msgs', 'std_msgs', 'trajectory_msgs', 'rosgraph_msgs', 'arm_act'):
-            raise ImportError('ROS import from a ROS-free core: ' + name)
+        parts = name.split('.')
+        ros = parts[0] in ('rclpy', 'rosbags', 'builtin_interfaces') or parts[0].endswith(('_msgs', '_srvs'))
+        upward = parts[0] == 'arm_act' and len(parts) > 1 and parts[1] != '{package}'
+        if ros or upward:
+            raise ImportError('import from the ROS-free core arm_act.{package}: ' + name)
 sys.meta_path.insert(0, Block())
-import {package}
-for info in pkgutil.iter_modules({package}.__path__):
-    importlib.import_module('{package}.' + info.name)
+import arm_act.{package} as core
+for info in pkgutil.iter_modules(core.__path__):
+    importlib.import_module('arm_act.{package}.' + info.name)
+assert 'arm_act.{other}' not in sys.modules
 print('ok')
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -63,7 +68,7 @@ def test_launch_file_names_existing_executables_and_configs(launch_file):
 def test_package_xml_declares_every_ros_package_used():
     xml = (ROOT / "package.xml").read_text()
     used = set()
-    for path in ROOT.glob("arm_act/*.py"):
+    for path in ROOT.glob("arm_act/**/*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 used.add(node.module.split(".")[0])

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from policy.attention import (MultiHeadAttention, RotaryEmbedding, attention_explicit,
+from arm_act.policy.attention import (MultiHeadAttention, RotaryEmbedding, attention_explicit,
                               block_mask, causal_mask, combine_masks, key_padding_mask)
-from policy.blocks import DecoderLayer, EncoderLayer
-from policy.budget import torch_threads
-from policy.tokens import patchify, sinusoidal_1d, sinusoidal_2d
+from arm_act.policy.blocks import DecoderLayer, EncoderLayer
+from arm_act.policy.budget import torch_threads
+from arm_act.policy.tokens import patchify, sinusoidal_1d, sinusoidal_2d
 
 
 @pytest.fixture(autouse=True)

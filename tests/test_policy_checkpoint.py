@@ -9,13 +9,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from policy.budget import torch_threads
-from policy.checkpoint import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, NORMALIZATION_FILE,
+from arm_act.policy.budget import torch_threads
+from arm_act.policy.checkpoint import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, NORMALIZATION_FILE,
                                CheckpointError, load_checkpoint, read_config, read_metrics,
                                save_checkpoint)
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
 
 
 @pytest.fixture(autouse=True)

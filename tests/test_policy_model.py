@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from policy.budget import torch_threads
-from policy.config import PolicyConfig
-from policy.model import (
+from arm_act.policy.budget import torch_threads
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import (
     TARGET_SCALE,
     ACTPolicy,
     TokenLayout,
@@ -20,8 +20,8 @@ from policy.model import (
     patch_cross_entropy,
     target_error,
 )
-from policy.tokens import images_to_tensor, stack_camera_images
-from policy.vocab import COLOURS, PAD, UNK, InstructionTokenizer, build_vocab, default_vocab
+from arm_act.policy.tokens import images_to_tensor, stack_camera_images
+from arm_act.policy.vocab import COLOURS, PAD, UNK, InstructionTokenizer, build_vocab, default_vocab
 
 
 @pytest.fixture(autouse=True)

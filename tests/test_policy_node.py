@@ -13,13 +13,13 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from arm_act import conversions as conv
-from arm_act.policy_node import PolicyNode
-from policy.checkpoint import save_checkpoint
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
-from policy.runtime import PolicyRuntime
+from arm_act.ros import conversions as conv
+from arm_act.nodes.policy_node import PolicyNode
+from arm_act.policy.checkpoint import save_checkpoint
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.runtime import PolicyRuntime
 from tests.conftest import spinning, wait_for
 from tests.lockstep_pair import run_lockstep_pair
 
@@ -61,7 +61,7 @@ class FeedNode(Node):
 
     def __init__(self, context):
         super().__init__("feed", context=context)
-        from arm_act.controller import TRANSIENT_LOCAL
+        from arm_act.nodes.controller import TRANSIENT_LOCAL
 
         self.clock = self.create_publisher(Clock, "/clock", 10)
         self.joints = self.create_publisher(JointState, "joint_states", 10)
@@ -129,7 +129,7 @@ def _start(ros_context, policy_kwargs):
 
 
 def test_control_rate_held_while_slow_model_runs(ros_context, tiny_checkpoint):
-    from policy.checkpoint import load_checkpoint
+    from arm_act.policy.checkpoint import load_checkpoint
 
     model, normalizer, _ = load_checkpoint(tiny_checkpoint)
     feed, policy, executor = _start(ros_context, dict(runtime=SlowRuntime(model, normalizer),

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.normalizer import Normalizer
-from policy.runtime import ChunkQueue, PolicyRuntime, TemporalEnsembler, make_executor
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.runtime import ChunkQueue, PolicyRuntime, TemporalEnsembler, make_executor
 
 K, A = 6, 3
 

@@ -4,8 +4,8 @@ of sim_node + policy_node in lockstep over DDS follows the in-process runtime ti
 import numpy as np
 import pytest
 
-from arm_act.paths import default_checkpoint
-from policy.checkpoint import load_checkpoint, read_metrics
+from arm_act.common.paths import default_checkpoint
+from arm_act.policy.checkpoint import load_checkpoint, read_metrics
 from tests.lockstep_pair import run_lockstep_pair
 
 SEED = 100003  # an evaluation seed: never used for training
@@ -13,7 +13,7 @@ TIME_LIMIT = 3.0  # sim seconds: a short episode keeps the test quick
 
 
 def test_shipped_checkpoint_loads_and_fits_the_sim():
-    from sim import SimConfig
+    from arm_act.sim import SimConfig
 
     model, _, config = load_checkpoint(default_checkpoint())
     sim = SimConfig()

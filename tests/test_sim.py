@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
-from sim import COLOURS, JOINT_NAMES, ArmEnv, CameraConfig, SimConfig
-from sim.config import default_cameras
-from sim.task import BOX_WALL
+from arm_act.sim import COLOURS, JOINT_NAMES, ArmEnv, CameraConfig, SimConfig
+from arm_act.sim.config import default_cameras
+from arm_act.sim.task import BOX_WALL
 
 CFG = SimConfig()
 

@@ -9,9 +9,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from arm_act import conversions as conv
-from arm_act.expert_node import ExpertNode
-from arm_act.sim_node import SimNode
+from arm_act.ros import conversions as conv
+from arm_act.nodes.expert_node import ExpertNode
+from arm_act.nodes.sim_node import SimNode
 from tests.conftest import spin_until
 
 
@@ -38,8 +38,8 @@ def _run_lockstep(context, episodes=1, seed=0, blocks="2-5"):
 
 
 def test_lockstep_expert_episode_matches_in_process(ros_context):
-    from sim import ArmEnv
-    from sim.rollout import ExpertAgent, run_episode
+    from arm_act.sim import ArmEnv
+    from arm_act.sim.rollout import ExpertAgent, run_episode
 
     finished, positions = _run_lockstep(ros_context, episodes=1, seed=3)
     (ros,) = finished

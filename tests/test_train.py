@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from arm_act import cli
-from policy.checkpoint import load_checkpoint
-from policy.config import PolicyConfig
-from policy.model import ACTPolicy
-from policy.train import TrainConfig, TrainingError, lr_at, train
+from arm_act.cli import main as cli
+from arm_act.policy.checkpoint import load_checkpoint
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.train import TrainConfig, TrainingError, lr_at, train
 from synthetic_bags import write_demo_bag
 
 TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
@@ -261,7 +261,7 @@ def test_arm_act_train_grounding_needs_the_target_head(tmp_path, capsys):
 
 
 def test_config_files_and_overrides_combine_in_order(tmp_path):
-    from arm_act.cmd_train import build_configs
+    from arm_act.cli.train import build_configs
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"policy": {"width": 128, "use_cvae": True}, "train": {"lr": 1e-3}}))

@@ -1,0 +1,306 @@
+"""The policy node's control period and observation-to-command latency over DDS, for
+`arm-act bench`.
+
+sim_node (realtime, real_time_factor 1) and policy_node run as child processes, exactly as
+`arm-act demo` starts them, in a private DDS domain restricted to localhost; a probe node in
+this process records, at the wall time each message arrives (time.monotonic):
+- every arm command, with the newest /clock (sim time) seen before it and whether an
+  episode was running (between episodes the node rightly publishes nothing);
+- the receipt of each camera image and each policy/action_chunk (whose header stamp is the
+  stamp of the camera pair it was computed from).
+
+Periods are measured between consecutive commands of one running episode, after a 1 s
+warm-up from the first command. Sim-time periods are quantised by /clock, which sim_node
+publishes at its joint-state rate (100 Hz: 10 ms steps). A period longer than 1.5 x nominal
+counts round(period / nominal) - 1 missed ticks.
+
+Observation to command: for the camera pair stamped s, from the wall time the probe has
+received both images of s to the first arm command the probe receives after the chunk
+stamped s arrived. It includes transport both ways, waiting for the inference worker,
+inference, and the wait for the next control tick (up to one period); the probe's own
+callback latency adds to both ends alike.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WARMUP_S = 1.0
+STARTUP_TIMEOUT_S = 120.0  # two processes importing torch / PyBullet on a loaded machine
+CONTROL_RATE = 50
+
+ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
+            "control_period_wall_p50_ms", "control_period_wall_p99_ms", "missed_ticks_wall",
+            "control_period_sim_p50_ms", "control_period_sim_p99_ms", "missed_ticks_sim",
+            "control_periods", "obs_to_command_ms_p50", "obs_to_command_ms_p99",
+            "obs_to_command_pairs", "ros_seconds", "ros_rtf", "ros_camera_rate_hz",
+            "ros_backend", "ros_node_inference_ms_p50")
+
+
+def _key(stamp_ns: int) -> int:
+    """Stamps go through float seconds in action_chunk_msg: match them at 0.1 ms."""
+    return int(round(stamp_ns / 1e5))
+
+
+class _Probe:
+    """Subscriptions of the probe node; callbacks only record arrival times."""
+
+    def __init__(self, context, cameras: tuple[str, ...]):
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.node import Node
+        from rclpy.qos import qos_profile_sensor_data
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import Image
+        from std_msgs.msg import Float64MultiArray, String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from arm_act.ros import conversions as conv
+        from arm_act.nodes.controller import TRANSIENT_LOCAL
+
+        self.conv = conv
+        self.node = Node("bench_probe", context=context)
+        self.cameras = cameras
+        self.lock = threading.Lock()
+        self.clock_ns = -1
+        self.clock_samples: list[tuple[float, int]] = []  # (wall s, sim ns)
+        self.running_episode: int | None = None
+        self.commands: list[tuple[float, int, int | None]] = []  # (wall s, sim ns, episode)
+        self.pairs: dict[int, dict[str, float]] = {}  # stamp key -> {camera: wall s}
+        self.chunks: dict[int, float] = {}  # stamp key -> wall s
+        self.inference_ms: list[tuple[float, float]] = []  # (wall s, node's inference ms)
+        sub = self.node.create_subscription
+        sub(Clock, "/clock", self.clock_callback, 10)
+        sub(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.command_callback, 10)
+        sub(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
+        sub(JointTrajectory, "policy/action_chunk", self.chunk_callback, 10)
+        sub(DiagnosticArray, "policy/diagnostics", self.diagnostics_callback, 10)
+        for camera in cameras:
+            sub(Image, f"camera/{camera}/image_raw",
+                lambda msg, c=camera: self.image_callback(c, msg), qos_profile_sensor_data)
+
+    def clock_callback(self, msg) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.clock_ns = self.conv.stamp_to_ns(msg.clock)
+            self.clock_samples.append((now, self.clock_ns))
+
+    def command_callback(self, msg) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.commands.append((now, self.clock_ns, self.running_episode))
+
+    def episode_callback(self, msg) -> None:
+        try:
+            info = self.conv.episode_from_msg(msg)
+        except self.conv.ConversionError:
+            return
+        with self.lock:
+            self.running_episode = info.episode if info.state == "running" else None
+
+    def image_callback(self, camera: str, msg) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.pairs.setdefault(_key(self.conv.stamp_to_ns(msg.header.stamp)), {})[camera] = now
+
+    def chunk_callback(self, msg) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.chunks.setdefault(_key(self.conv.stamp_to_ns(msg.header.stamp)), now)
+
+    def diagnostics_callback(self, msg) -> None:
+        now = time.monotonic()
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            try:
+                ms = float(values.get("inference_ms", "nan"))
+            except ValueError:
+                continue
+            if np.isfinite(ms):
+                with self.lock:
+                    self.inference_ms.append((now, ms))
+
+
+def _missed(periods_ms: np.ndarray, nominal_ms: float) -> int:
+    late = periods_ms[periods_ms > 1.5 * nominal_ms]
+    return int(sum(max(1, int(round(p / nominal_ms)) - 1) for p in late))
+
+
+def _pct(values, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE) -> dict[str, Any]:
+    """The figures from what the probe recorded between wall times start and end."""
+    nominal = 1e3 / control_rate
+    with probe.lock:
+        commands = list(probe.commands)
+        pairs = {k: dict(v) for k, v in probe.pairs.items()}
+        chunks = dict(probe.chunks)
+        clock = list(probe.clock_samples)
+        inference = [ms for t, ms in probe.inference_ms if start <= t <= end]
+    wall, sim = [], []
+    for (w0, s0, e0), (w1, s1, e1) in zip(commands, commands[1:]):
+        if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
+            wall.append((w1 - w0) * 1e3)
+            sim.append((s1 - s0) / 1e6)
+    wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
+    command_walls = [c[0] for c in commands]
+    latencies = []
+    for key, cams in pairs.items():
+        if len(cams) < len(probe.cameras) or key not in chunks:
+            continue
+        ready = max(cams.values())
+        if not start <= ready <= end:
+            continue
+        i = bisect.bisect_right(command_walls, chunks[key])
+        if i < len(command_walls):
+            latencies.append((command_walls[i] - ready) * 1e3)
+    window = [(w, s) for w, s in clock if start <= w <= end]
+    rtf = None
+    if len(window) >= 2 and window[-1][0] > window[0][0]:
+        rtf = (window[-1][1] - window[0][1]) / 1e9 / (window[-1][0] - window[0][0])
+    return {
+        "control_period_p50_ms": _pct(sim_arr, 50), "control_period_p99_ms": _pct(sim_arr, 99),
+        "missed_ticks": _missed(sim_arr, nominal),
+        "control_period_wall_p50_ms": _pct(wall_arr, 50),
+        "control_period_wall_p99_ms": _pct(wall_arr, 99),
+        "missed_ticks_wall": _missed(wall_arr, nominal),
+        "control_period_sim_p50_ms": _pct(sim_arr, 50),
+        "control_period_sim_p99_ms": _pct(sim_arr, 99),
+        "missed_ticks_sim": _missed(sim_arr, nominal),
+        "control_periods": len(wall),
+        "obs_to_command_ms_p50": _pct(latencies, 50), "obs_to_command_ms_p99": _pct(latencies, 99),
+        "obs_to_command_pairs": len(latencies),
+        "ros_seconds": end - start, "ros_rtf": rtf,
+        "ros_node_inference_ms_p50": _pct(inference, 50),
+    }
+
+
+class _InProcess:
+    """sim_node + policy_node composed in this process (one SingleThreadedExecutor on their
+    own context), the arrangement the demo does NOT use: to measure why (README)."""
+
+    def __init__(self, domain: int):
+        import rclpy
+
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.nodes, self.executor, self.thread = [], None, None
+
+    def start(self, sim_params: dict, policy_params: dict) -> None:
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.parameter import Parameter
+
+        from arm_act.nodes.policy_node import PolicyNode
+        from arm_act.nodes.sim_node import SimNode
+
+        def overrides(values):
+            return [Parameter(k, value=v) for k, v in values.items()]
+
+        self.nodes = [PolicyNode(context=self.context, parameter_overrides=overrides(policy_params)),
+                      SimNode(context=self.context, parameter_overrides=overrides(sim_params))]
+        self.executor = SingleThreadedExecutor(context=self.context)
+        for node in self.nodes:
+            self.executor.add_node(node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def check(self) -> None:
+        if any(getattr(node, "failed", False) for node in self.nodes):
+            raise RuntimeError("sim_node failed")
+
+    def tail(self, name: str, lines: int = 5) -> str:
+        return "(in process: see the log above)"
+
+    def stop(self) -> None:
+        import rclpy
+
+        for node in self.nodes:
+            node.destroy_node()
+        if self.executor is not None:
+            self.executor.shutdown(timeout_sec=2.0)
+        if self.context.ok():
+            rclpy.shutdown(context=self.context)
+
+
+def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, seconds: float,
+                             logs: Path, domain_id: int | None = None,
+                             camera_rate: int | None = None, arrangement: str = "processes") -> dict[str, Any]:
+    """Run sim_node + policy_node for `seconds` of wall time after warm-up; see the module
+    docstring for what is measured. camera_rate: default sim.yaml's. arrangement:
+    "processes" (as `arm-act demo` and launch run them) or "single" (both nodes in this
+    process, sharing its GIL with each other and the probe)."""
+    if arrangement not in ("processes", "single"):
+        raise ValueError(f"arrangement={arrangement!r} must be 'processes' or 'single'")
+    import rclpy
+    import yaml
+    from rclpy.executors import SingleThreadedExecutor
+
+    from arm_act.common.processes import NodeProcesses, ros_args
+    from arm_act.common.paths import config_file
+    from arm_act.policy.checkpoint import read_config
+
+    cameras = tuple(read_config(checkpoint).cameras)
+    sim_yaml = config_file("sim.yaml")
+    if camera_rate is None:
+        camera_rate = int(yaml.safe_load(sim_yaml.read_text())["/**"]["ros__parameters"]["camera_rate"])
+    domain = domain_id if domain_id is not None else 170 + os.getpid() % 50
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    previous_range = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # the probe's participant too
+    children = NodeProcesses(logs)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    executor = SingleThreadedExecutor(context=context)
+    probe = None
+    spinner = None
+    try:
+        probe = _Probe(context, cameras)
+        executor.add_node(probe.node)
+        spinner = threading.Thread(target=executor.spin, name="bench_probe", daemon=True)
+        spinner.start()
+        common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE}
+        policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
+                         "publish_attention": False}
+        sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
+                      "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}
+        if arrangement == "single":
+            children = _InProcess(domain)
+            children.start(sim_params, policy_params)
+        else:
+            children.start("policy_node", "arm_act.nodes.policy_node", ros_args(policy_params, config_file("policy.yaml")), env)
+            children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not probe.commands:
+            children.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no command from policy_node within {STARTUP_TIMEOUT_S:.0f} s: "
+                                   f"policy_node: {children.tail('policy_node')}; "
+                                   f"sim_node: {children.tail('sim_node')}")
+            time.sleep(0.05)
+        start = probe.commands[0][0] + WARMUP_S
+        end = start + seconds
+        while time.monotonic() < end:
+            children.check()
+            time.sleep(0.05)
+        result = analyse(probe, start, end)
+    finally:
+        children.stop()
+        executor.shutdown(timeout_sec=2.0)
+        if spinner is not None:
+            spinner.join(timeout=2.0)
+        if probe is not None:
+            probe.node.destroy_node()
+        if context.ok():
+            rclpy.shutdown(context=context)
+        if previous_range is None:
+            os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
+        else:
+            os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = previous_range
+    return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement}

@@ -1,0 +1,133 @@
+"""`arm-act demo`: the main job on a plain machine (`make run`).
+
+sim_node and policy_node run as child processes talking over ROS 2 topics (DDS), exactly
+the executables `ros2 launch arm_act bringup.launch.py` starts; this process is a viewer
+node that prints a line per finished episode and shows both cameras with the policy's
+cross-attention over the patches, the instruction and commanded vs actual gripper: in a
+window when a display exists, into a video file otherwise. Ctrl-C stops every child cleanly.
+
+Why child processes: PyBullet's renderer holds the GIL for the whole render call (tens of
+milliseconds for a camera pair), so in one process the policy's 50 Hz control timer waits
+behind it; in separate processes the control period holds (README, "Demo arrangement").
+Without a trained checkpoint the scripted expert (expert_node) drives the arm instead.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+from arm_act.cli.main import CommandError
+from arm_act.common.paths import config_file, default_checkpoint
+from arm_act.common.processes import NodeProcesses, ros_args
+
+
+def configure(parser) -> None:
+    parser.add_argument("--episodes", type=int, default=5, help="episodes to run (0: until Ctrl-C)")
+    parser.add_argument("--seed", type=int, default=0, help="first episode's seed")
+    parser.add_argument("--blocks", default="2-5", help="block count N or range LO-HI")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="policy checkpoint (default: the shipped one; the expert if none exists)")
+    parser.add_argument("--expert", action="store_true", help="drive with the scripted expert")
+    parser.add_argument("--record", type=Path, help="record a rosbag2 MCAP bag into this directory")
+    parser.add_argument("--gui", action="store_true", help="open PyBullet's own viewer")
+    parser.add_argument("--video", type=Path, help="write the live view to this MP4 (default when no display)")
+    parser.add_argument("--no-view", action="store_true", help="neither window nor video")
+    parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
+    parser.add_argument("--control-rate", type=int, default=50, help="Hz")
+    parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
+    parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
+    parser.add_argument("--real-time-factor", type=float, default=1.0,
+                        help="sim speed vs wall clock (0: as fast as it goes)")
+    parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the nodes")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from arm_act.nodes.viewer_node import DemoViewer, open_view
+
+    if args.episodes < 0:
+        raise CommandError(f"--episodes {args.episodes} must be >= 0")
+    checkpoint = args.checkpoint or default_checkpoint()
+    use_expert = args.expert or not (checkpoint / "model.safetensors").is_file()
+    if args.checkpoint is not None and use_expert and not args.expert:
+        raise CommandError(f"{args.checkpoint} is not a checkpoint directory (no model.safetensors)")
+    if use_expert and not args.expert:
+        print(f"no trained policy at {checkpoint}: the scripted expert drives the arm", flush=True)
+
+    env = dict(os.environ)
+    if args.domain_id is not None:
+        env["ROS_DOMAIN_ID"] = str(args.domain_id)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    children = NodeProcesses()
+    view = None
+    rclpy.init(args=None, domain_id=int(env.get("ROS_DOMAIN_ID", "0")))
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the children too
+    viewer = DemoViewer(episodes=args.episodes)
+    executor = SingleThreadedExecutor()
+    executor.add_node(viewer)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    interrupted = False
+    try:
+        view = None if args.no_view else open_view(args.video)
+        common = {"use_sim_time": True, "mode": "realtime", "control_rate": args.control_rate}
+        if args.record is not None:
+            if args.record.exists():
+                raise CommandError(f"--record {args.record} exists already; bags are never overwritten")
+            children.start("bag_recorder", "arm_act.nodes.bag_recorder",
+                           ros_args({"use_sim_time": True, "bag_path": str(args.record)}), env)
+        controller = {"execution": args.execution, **common}
+        if use_expert:
+            children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
+        else:
+            children.start("policy_node", "arm_act.nodes.policy_node",
+                           ros_args({**controller, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
+        children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
+            **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
+            "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
+            "episode_time_limit": args.time_limit,
+        }, config_file("sim.yaml")), env)
+        while not viewer.done.is_set():
+            problem = children.failed()
+            if problem:
+                raise CommandError(problem)
+            frame = viewer.take_frame(timeout=0.1)
+            if frame is not None and view is not None:
+                view.show(frame)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: stopping the nodes", file=sys.stderr)
+    finally:
+        children.stop()
+        executor.shutdown(timeout_sec=2.0)
+        # Join the spinner before tearing down rclpy, as ros_eval does: a daemon thread still
+        # inside rclpy's C++ wait at interpreter exit aborts the process ("terminate called
+        # without an active exception", exit -6, about 1 run in 5 here).
+        spinner.join(timeout=5.0)
+        viewer.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+        if view is not None:
+            view.close()
+    results = viewer.results
+    if results:
+        successes = sum(r["success"] for r in results)
+        print(f"{successes}/{len(results)} episodes succeeded")
+    if view is not None and view.path is not None:
+        if view.frames:
+            print(f"live view written to {view.path} ({view.frames} frames)")
+        else:
+            print(f"no camera frames reached the viewer; {view.path} was not written", file=sys.stderr)
+    if args.record is not None:
+        print(f"bag written to {args.record}")
+    return 130 if interrupted else 0

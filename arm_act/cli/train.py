@@ -1,0 +1,241 @@
+"""`arm-act train`: train a policy checkpoint from demonstration bags.
+
+    arm-act train --data data/demos --out checkpoints/run1
+    arm-act train --data data/a data/b --out runs/small --config width=128 encoder_layers=3
+    arm-act train --data data/demos --out runs/cvae --config my.json use_cvae=true --steps 8000
+
+Bags are found recursively under each --data directory and decoded once into a cache
+(rebuilt when a bag changes); failed demonstrations and incomplete bags are skipped.
+Grounding layouts are rendered once into the same cache. A run
+whose --out already holds a training state resumes from it. Progress goes to stderr, the
+summary to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from arm_act.cli.main import CommandError
+
+CONFIG_HELP = """\
+--config takes any mix of JSON files and KEY=VALUE overrides, applied in order.
+A JSON file holds {"policy": {...}, "train": {...}} with any subset of the fields.
+KEY is a PolicyConfig field (image_size, patch_size, cameras, width, heads,
+encoder_layers, decoder_layers, chunk_size, dropout, use_cvae, kl_weight,
+target_weight, ...) or a TrainConfig field (steps, batch_size, lr, weight_decay,
+warmup_steps, min_lr_ratio, seed, val_fraction, val_samples, val_every,
+checkpoint_every, augment, grad_clip, threads, grounding_layouts, grounding_seed,
+grounding_borrowed_poses, init_from, hold_after_end), optionally prefixed "policy." or
+"train.". VALUE is JSON (128, 1e-4, true, ["front"]) or a plain word; cameras also takes
+front,wrist.
+target_weight > 0 adds the target head (where is the named block?), trained on pixels
+labelled from the bags' objects topic; grounding_layouts renders that many extra
+layouts for it (README: "Finding the named block"). hold_after_end=true supervises
+the chunk steps past a successful episode's end as holding its last command (README:
+"Letting go").
+--steps, --batch-size, --lr, --seed and --init override everything else.
+Example: --config width=128 encoder_layers=3 lr=5e-4 augment=false"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = CONFIG_HELP
+    parser.add_argument("--data", nargs="+", required=True, type=Path, metavar="DIR",
+                        help="directories holding bags (searched recursively)")
+    parser.add_argument("--out", required=True, type=Path, metavar="CKPT_DIR",
+                        help="checkpoint directory (also holds train_state/ for resuming)")
+    parser.add_argument("--config", nargs="+", action="extend", default=[],
+                        metavar="JSON_FILE|KEY=VALUE", help="policy/training settings (below)")
+    parser.add_argument("--steps", type=int, help="optimizer steps")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--seed", type=int, help="seed for init, split, order, augmentation")
+    parser.add_argument("--init", type=Path, metavar="CKPT_DIR",
+                        help="fine-tune: start from this checkpoint's weights and statistics "
+                             "(same policy config; sets train.init_from)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="decoded-bag cache (default: <out>/../.cache, or "
+                             "~/.cache/arm_act when that is not writable)")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="start over even when --out holds a training state")
+
+
+def _parse_value(key: str, text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if key == "cameras" and isinstance(value, str):
+        value = [c for c in value.split(",") if c]
+    return value
+
+
+def build_configs(items: list[str], overrides: dict[str, Any]):
+    """--config items (+ the dedicated flags) -> (PolicyConfig, TrainConfig).
+    Raises CommandError quoting the item that is wrong."""
+    from arm_act.policy.config import PolicyConfig
+    from arm_act.policy.train import TrainConfig
+
+    policy_fields = {f.name for f in dataclasses.fields(PolicyConfig)}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    policy: dict[str, Any] = {}
+    train: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            path = Path(item)
+            try:
+                data = json.loads(path.read_text())
+            except OSError as exc:
+                raise CommandError(f"--config {item}: not KEY=VALUE and not a readable file "
+                                   f"({exc.strerror or exc})") from None
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"--config {item}: invalid JSON ({exc})") from None
+            if not isinstance(data, dict) or set(data) - {"policy", "train"}:
+                raise CommandError(f"--config {item}: expected a JSON object with \"policy\" "
+                                   f"and/or \"train\" objects")
+            for part, target in (("policy", policy), ("train", train)):
+                section = data.get(part, {})
+                if not isinstance(section, dict):
+                    raise CommandError(f"--config {item}: \"{part}\" must be an object")
+                target.update(section)
+            continue
+        key, _, text = item.partition("=")
+        section, _, name = key.strip().rpartition(".")
+        if section not in ("", "policy", "train"):
+            raise CommandError(f"--config {item}: unknown section {section!r} (policy or train)")
+        if name in policy_fields and section in ("", "policy"):
+            policy[name] = _parse_value(name, text)
+        elif name in train_fields and section in ("", "train"):
+            train[name] = _parse_value(name, text)
+        else:
+            raise CommandError(f"--config {item}: unknown setting {key!r}; see "
+                               "arm-act train --help")
+    train.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        policy_config = PolicyConfig.from_dict({**PolicyConfig().to_dict(), **policy})
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"policy config: {exc}") from None
+    try:
+        train_config = TrainConfig.from_dict(train)
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"train config: {exc}") from None
+    return policy_config, train_config
+
+
+def default_cache(out: Path) -> Path:
+    candidate = out.resolve().parent / ".cache"
+    try:
+        candidate.mkdir(parents=True, exist_ok=True)
+        if os.access(candidate, os.W_OK):
+            return candidate
+    except OSError:
+        pass
+    return Path.home() / ".cache" / "arm_act"
+
+
+def _sim_config(policy_config):
+    """The sim's cameras that the policy reads, at the policy's image size."""
+    from arm_act.sim import SimConfig
+
+    base = SimConfig()
+    by_name = {c.name: c for c in base.cameras}
+    missing = sorted(set(policy_config.cameras) - set(by_name))
+    if missing:
+        raise CommandError(f"target head: the sim has no camera(s) {missing}")
+    cameras = tuple(by_name[name] for name in policy_config.cameras)  # in the policy's order
+    size = policy_config.image_size
+    return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
+
+
+def label_pixels(demos, policy_config) -> None:
+    """The named block's pixel in each camera at each demonstration frame (for the target
+    head's per-patch loss)."""
+    import time
+
+    from arm_act.data.grounding import label_demo_pixels
+
+    started = time.monotonic()
+    label_demo_pixels(demos, _sim_config(policy_config))
+    print(f"labelled the named block's pixels in {sum(e.n_frames for e in demos)} frames "
+          f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
+
+
+def grounding_frames(demos, policy_config, train_config, cache: Path) -> list:
+    """Rendered layouts for the target head (arm_act.data.grounding), with the demonstrations'
+    cameras at the policy's image size."""
+    from arm_act.data.grounding import approach_poses, render_grounding_frames
+
+    if policy_config.target_weight <= 0:
+        raise CommandError("grounding_layouts needs the target head: set target_weight > 0")
+    config = _sim_config(policy_config)
+    poses = approach_poses(demos, config.block_size)
+    print(f"grounding layouts: {train_config.grounding_layouts} (seeds "
+          f"{train_config.grounding_seed}+, {train_config.grounding_borrowed_poses:.0%} in poses borrowed "
+          f"from {len(poses)} demonstration frames)", file=sys.stderr)
+    try:
+        return render_grounding_frames(
+            train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
+            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None)
+    except ValueError as exc:
+        raise CommandError(f"grounding layouts: {exc}") from None
+
+
+def run(args) -> int:
+    from arm_act.data.dataset import DatasetError, find_bags, load_dataset
+    from arm_act.policy.train import TrainingError, train
+
+    policy_config, train_config = build_configs(
+        args.config, {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+                      "seed": args.seed, "init_from": None if args.init is None else str(args.init)})
+    cache = args.cache or default_cache(args.out)
+    try:
+        bags = find_bags(args.data)
+        episodes = load_dataset(args.data, cache, policy_config.cameras)
+    except DatasetError as exc:
+        raise CommandError(str(exc)) from None
+    good = [e for e in episodes if e.success]
+    failed = [e for e in episodes if not e.success]
+    if not good:
+        raise CommandError(f"none of the {len(episodes)} demonstrations succeeded; nothing "
+                           "to train on")
+    rates = sorted({(e.control_rate, e.camera_rate) for e in good})
+    if len(rates) > 1:
+        # A chunk is K control ticks: mixing rates would mix what one step of it means.
+        raise CommandError(f"the demonstrations mix (control, camera) rates {rates}; train "
+                           "on bags of one rate")
+    data_info = {"dirs": [str(d) for d in args.data], "bags_found": len(bags),
+                 "control_rate": rates[0][0], "camera_rate": rates[0][1],
+                 "skipped_incomplete": len(bags) - len(episodes),
+                 "skipped_failed": len(failed), "cache": str(cache)}
+    print(f"training on {len(good)} demonstrations ({sum(e.n_frames for e in good)} frames); "
+          f"skipped {len(failed)} failed and {len(bags) - len(episodes)} incomplete",
+          file=sys.stderr)
+    grounding = []
+    if policy_config.target_weight > 0:
+        label_pixels(good, policy_config)
+    if train_config.grounding_layouts:
+        grounding = grounding_frames(good, policy_config, train_config, cache)
+        data_info["grounding_layouts"] = len(grounding)
+    try:
+        metrics = train(good, policy_config, train_config, args.out,
+                        resume=not args.no_resume, progress=sys.stderr.isatty(),
+                        data_info=data_info, grounding=grounding)
+    except TrainingError as exc:
+        raise CommandError(str(exc)) from None
+    final = metrics["final"]
+    val = "-" if final["val_l1"] is None else f"{final['val_l1']:.4f}"
+    print(f"episodes:   {len(good)} used, {len(failed)} failed skipped, "
+          f"{len(bags) - len(episodes)} incomplete skipped "
+          f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
+    print(f"frames:     {metrics['data']['frames']} ({metrics['data']['train_frames']} train)")
+    print(f"steps:      {metrics['steps']} x batch {train_config.batch_size}")
+    print(f"wall time:  {metrics['wall_time_s']:.1f} s ({metrics['samples_per_s']:.1f} samples/s)")
+    print(f"final loss: train L1 {final['train_l1']:.4f}, val L1 {val}"
+          + ("" if final["train_kl"] is None else f", KL {final['train_kl']:.4f}"))
+    print(f"checkpoint: {args.out}")
+    return 0

@@ -1,0 +1,2 @@
+"""ROS-free helpers shared by the layers above: episode schedules, package paths, progress bars,
+child processes, and the pictures drawn for videos and windows."""

@@ -1,0 +1,1 @@
+"""Datasets: demonstration bags decoded into training arrays, grounding layouts, and collection."""

@@ -1,0 +1,486 @@
+"""Demonstration bags -> plain arrays for training, through a cache of decoded arrays.
+
+One bag (written by `arm-act collect`, see the contract's "Demonstration bags") becomes one
+EpisodeArrays: the camera frames with the joint state at each frame, and the command the
+agent sent at every control tick. Training pairs the frame of tick c with commands
+c .. c+K-1 (policy/data.py), the same indexing the runtime uses for a predicted chunk.
+
+Bags stay the source of truth: the decoded arrays of each bag are cached as one
+uncompressed .npz keyed by the bag's path and each file's size and mtime, so a bag that is
+re-recorded, repaired or touched is decoded again.
+
+Works on rosbags message objects (fields as in rclpy, arrays as numpy), so reading bags
+needs no rclpy.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from arm_act.bags import BagError, bag_info, read_bag
+from arm_act.common.progress import progress_bar
+
+logger = logging.getLogger(__name__)
+
+# Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
+CACHE_VERSION = 2  # 2: frame_target
+JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + (
+    "panda_finger_joint1", "panda_finger_joint2")
+ARM_JOINTS = 7
+ARM_TOPIC = "/arm_controller/commands"
+GRIPPER_TOPIC = "/gripper_controller/commands"
+JOINT_TOPIC = "/joint_states"
+EPISODE_TOPIC = "/episode"
+TASK_TOPIC = "/task"
+OBJECTS_TOPIC = "/objects"
+# Encodings sensor_msgs/Image may carry that convert losslessly to RGB.
+
+
+class DatasetError(Exception):
+    """A dataset cannot be used; the message is one line naming the bag and the reason."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (YAML and MCAP errors span several)."""
+    return " ".join(str(exc).split())
+
+
+def image_topic(camera: str) -> str:
+    return f"/camera/{camera}/image_raw"
+
+
+@dataclass
+class EpisodeArrays:
+    """One demonstration as arrays. F camera frames, T control ticks, C cameras.
+
+    frame_ticks (F,) int64: control tick of each frame (0 at the episode's first tick);
+    images (F, C, H, W, 3) uint8 RGB in `cameras` order; frame_state (F, 9) float32 joint
+    positions at each frame (panda_joint1..7, finger joints 1-2); commands (T, 8) float32:
+    the 7 arm joint targets + gripper opening in force at each control tick;
+    frame_target (F, 3) float32: the named block's position (m, world frame) at each frame
+    from the `objects` topic, NaN where the bag does not say (an auxiliary training target,
+    never a policy input).
+
+    Takeover bags (`arm-act collect --policy`, custom_data expert_from_s) keep only the
+    frames from the expert's first tick on; `success` is False for one whose expert never
+    commanded ("none", status "... (policy only)"), as it demonstrates nothing.
+    """
+
+    bag: str
+    instruction: str
+    success: bool
+    status: str
+    seed: int
+    n_blocks: int
+    control_rate: int
+    camera_rate: int
+    cameras: tuple[str, ...]
+    frame_ticks: np.ndarray
+    images: np.ndarray
+    frame_state: np.ndarray
+    commands: np.ndarray
+    frame_target: np.ndarray
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.frame_ticks.shape[0])
+
+    @property
+    def n_ticks(self) -> int:
+        return int(self.commands.shape[0])
+
+
+# ---------------------------------------------------------------- one bag
+def _target_position(msg, instruction_words: set[str]) -> np.ndarray | None:
+    """The position of the block whose colour the instruction names, from an `objects`
+    MarkerArray (ns = kind, text = "name|colour"); None when no single block matches."""
+    found = [m for m in msg.markers if m.ns == "block"
+             and str(m.text).partition("|")[2] in instruction_words]
+    if len(found) != 1:
+        return None
+    p = found[0].pose.position
+    position = np.array([p.x, p.y, p.z], dtype=np.float64)
+    return position if np.all(np.isfinite(position)) else None
+
+
+def _stamp_ns(header) -> int:
+    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+
+
+def image_to_rgb(msg, bag: Path | str, topic: str) -> np.ndarray:
+    """A sensor_msgs/Image read from a bag -> (H, W, 3) uint8 RGB (a copy), with the live
+    system's conversion (rgb8, bgr8, rgba8, bgra8, mono8); anything else is a DatasetError."""
+    from arm_act.ros.conversions import ConversionError, image_from_msg
+
+    try:
+        return np.array(image_from_msg(msg))
+    except ConversionError as exc:
+        raise DatasetError(f"{bag}: {topic}: {exc}") from None
+
+
+def _joint_positions(msg, bag: Path) -> np.ndarray:
+    names = list(msg.name)
+    position = np.asarray(msg.position, dtype=np.float64)
+    if names:
+        index = {name: i for i, name in enumerate(names)}
+        missing = [n for n in JOINT_NAMES if n not in index]
+        if missing or len(position) != len(names):
+            raise DatasetError(f"{bag}: {JOINT_TOPIC} lacks joints {missing} or has "
+                               f"{len(position)} positions for {len(names)} names")
+        position = position[[index[n] for n in JOINT_NAMES]]
+    elif position.shape != (len(JOINT_NAMES),):
+        raise DatasetError(f"{bag}: {JOINT_TOPIC} has {position.size} unnamed positions, "
+                           f"expected {len(JOINT_NAMES)}")
+    if not np.all(np.isfinite(position)):
+        raise DatasetError(f"{bag}: {JOINT_TOPIC} holds non-finite positions")
+    return position
+
+
+def _episode_json(msg, bag: Path) -> dict:
+    """The `episode` topic's JSON (arm_act.ros.conversions.EpisodeInfo, parsed here without
+    rclpy), with EpisodeInfo's defaults for the fields older bags lack."""
+    try:
+        data = json.loads(msg.data)
+        return {"state": str(data["state"]), "start": float(data.get("start", 0.0)),
+                "control_rate": int(data.get("control_rate", 50)),
+                "camera_rate": int(data.get("camera_rate", 10)),
+                "seed": int(data.get("seed", -1)), "n_blocks": int(data.get("n_blocks", -1)),
+                "instruction": str(data.get("instruction", ""))}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{bag}: {EPISODE_TOPIC} is not the documented JSON ({exc})") from None
+
+
+def _command_series(stamps: list[int], values: list[np.ndarray], ticks_ns: np.ndarray,
+                    half_period_ns: int, bag: Path, topic: str) -> np.ndarray:
+    """For each tick time t_k: the last command with bag timestamp <= t_k + half a period.
+    -> (T, n) array."""
+    order = np.argsort(np.asarray(stamps, dtype=np.int64), kind="stable")
+    stamps_sorted = np.asarray(stamps, dtype=np.int64)[order]
+    chosen = np.searchsorted(stamps_sorted, ticks_ns + half_period_ns, side="right") - 1
+    if chosen[0] < 0:
+        raise DatasetError(f"{bag}: control tick 0 (t={ticks_ns[0] * 1e-9:.3f} s) comes before "
+                           f"the first {topic} command (t={stamps_sorted[0] * 1e-9:.3f} s)")
+    return np.stack(values)[order][chosen]
+
+
+def extract_episode(bag_dir: str | os.PathLike,
+                    cameras: Sequence[str] = ("front", "wrist")) -> EpisodeArrays:
+    """Decode one demonstration bag into arrays. Raises DatasetError naming the bag and the
+    topic or field that is missing or malformed."""
+    bag = Path(bag_dir)
+    cameras = tuple(cameras)
+    if not cameras:
+        raise DatasetError("no cameras given")
+    try:
+        info = bag_info(bag)
+    except BagError as exc:
+        raise DatasetError(_one_line(exc)) from None
+    required = [EPISODE_TOPIC, JOINT_TOPIC, ARM_TOPIC, GRIPPER_TOPIC]
+    required += [image_topic(c) for c in cameras]
+    for topic in required:
+        if topic not in info.topics:
+            raise DatasetError(f"{bag}: no {topic} topic (topics: "
+                               f"{', '.join(sorted(info.topics))})")
+    for topic in (ARM_TOPIC, GRIPPER_TOPIC):
+        if info.topics[topic].message_count == 0:
+            raise DatasetError(f"{bag}: no commands on {topic}; a bag without the agent's "
+                               "commands cannot train a policy")
+
+    episodes: list[dict] = []
+    task: str | None = None
+    joint_stamps: list[int] = []
+    joint_values: list[np.ndarray] = []
+    commands: dict[str, tuple[list[int], list[np.ndarray]]] = {ARM_TOPIC: ([], []),
+                                                               GRIPPER_TOPIC: ([], [])}
+    expected = {ARM_TOPIC: ARM_JOINTS, GRIPPER_TOPIC: 1}
+    frames: dict[str, dict[int, np.ndarray]] = {c: {} for c in cameras}
+    topic_camera = {image_topic(c): c for c in cameras}
+    objects: list[tuple[int, object]] = []  # (stamp, MarkerArray), decoded after the instruction is known
+    try:
+        for topic, stamp, msg in read_bag(bag, required + [TASK_TOPIC, OBJECTS_TOPIC]):
+            if topic == EPISODE_TOPIC:
+                episodes.append(_episode_json(msg, bag))
+            elif topic == TASK_TOPIC:
+                task = str(msg.data)
+            elif topic == OBJECTS_TOPIC:
+                objects.append((int(stamp), msg))  # MarkerArray has no header: the bag stamp
+            elif topic == JOINT_TOPIC:
+                joint_stamps.append(_stamp_ns(msg.header))
+                joint_values.append(_joint_positions(msg, bag))
+            elif topic in commands:
+                values = np.asarray(msg.data, dtype=np.float64)
+                if values.shape != (expected[topic],) or not np.all(np.isfinite(values)):
+                    raise DatasetError(f"{bag}: {topic} message at t={stamp * 1e-9:.3f} s has "
+                                       f"{values.size} values {values.tolist()}, expected "
+                                       f"{expected[topic]} finite values")
+                commands[topic][0].append(int(stamp))
+                commands[topic][1].append(values)
+            else:
+                frames[topic_camera[topic]][_stamp_ns(msg.header)] = image_to_rgb(msg, bag, topic)
+    except DatasetError:
+        raise
+    except BagError as exc:
+        raise DatasetError(_one_line(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - rosbags/zstd/struct errors of a damaged file
+        raise DatasetError(f"{bag}: cannot read bag ({type(exc).__name__}: "
+                           f"{_one_line(exc)})") from None
+
+    if not episodes:
+        raise DatasetError(f"{bag}: no messages on {EPISODE_TOPIC} (episode start and rates)")
+    first, last = episodes[0], episodes[-1]
+    rate = first["control_rate"]
+    if rate < 1 or first["camera_rate"] < 1:
+        raise DatasetError(f"{bag}: {EPISODE_TOPIC} has control_rate={rate}, "
+                           f"camera_rate={first['camera_rate']}; both must be >= 1")
+    start_ns = int(round(first["start"] * 1e9))
+
+    def tick_of(stamps: np.ndarray) -> np.ndarray:
+        return np.rint((stamps - start_ns) * rate / 1e9).astype(np.int64)
+
+    # Control ticks 0 .. T-1: up to the tick of the last command.
+    last_stamp = max(max(commands[ARM_TOPIC][0]), max(commands[GRIPPER_TOPIC][0]))
+    n_ticks = int(tick_of(np.array([last_stamp]))[0]) + 1
+    if n_ticks < 1:
+        raise DatasetError(f"{bag}: every command is stamped before the episode start")
+    ticks_ns = start_ns + np.rint(np.arange(n_ticks) * 1e9 / rate).astype(np.int64)
+    half_period = int(round(0.5e9 / rate))
+    arm = _command_series(*commands[ARM_TOPIC], ticks_ns, half_period, bag, ARM_TOPIC)
+    gripper = _command_series(*commands[GRIPPER_TOPIC], ticks_ns, half_period, bag, GRIPPER_TOPIC)
+    command_array = np.concatenate([arm, gripper], axis=1).astype(np.float32)  # (T, 8)
+
+    # Frames: stamps where every camera has an image, within the commanded ticks.
+    stamps = sorted(set.intersection(*(set(f) for f in frames.values())))
+    dropped = sum(len(f) for f in frames.values()) - len(stamps) * len(cameras)
+    if dropped:
+        logger.warning("%s: %d camera images without a matching image from every camera "
+                       "are ignored", bag, dropped)
+    stamp_array = np.asarray(stamps, dtype=np.int64)
+    frame_ticks = tick_of(stamp_array) if stamps else np.zeros(0, np.int64)
+    keep = (frame_ticks >= 0) & (frame_ticks < n_ticks)
+    stamp_array, frame_ticks = stamp_array[keep], frame_ticks[keep]
+    if len(frame_ticks) == 0:
+        raise DatasetError(f"{bag}: no camera frame from all of {list(cameras)} falls within "
+                           f"the {n_ticks} commanded control ticks")
+    shapes = {frames[c][int(s)].shape for c in cameras for s in stamp_array}
+    if len(shapes) != 1:
+        raise DatasetError(f"{bag}: camera images differ in size: "
+                           f"{sorted(f'{w}x{h}' for h, w, _ in shapes)}")
+    images = np.stack([np.stack([frames[c][int(s)] for c in cameras]) for s in stamp_array])
+
+    # Joint state at each frame: the one stamped with the frame's stamp, else the latest before.
+    js_order = np.argsort(np.asarray(joint_stamps, dtype=np.int64), kind="stable")
+    js_stamps = np.asarray(joint_stamps, dtype=np.int64)[js_order]
+    if len(js_stamps) == 0:
+        raise DatasetError(f"{bag}: no messages on {JOINT_TOPIC}")
+    chosen = np.searchsorted(js_stamps, stamp_array, side="right") - 1
+    if chosen[0] < 0:
+        raise DatasetError(f"{bag}: the first camera frame (t={stamp_array[0] * 1e-9:.3f} s) "
+                           f"comes before the first {JOINT_TOPIC} message")
+    frame_state = np.stack(joint_values)[js_order][chosen].astype(np.float32)  # (F, 9)
+
+    custom = info.custom_data
+    instruction = custom.get("instruction") or first["instruction"] or task or ""
+    if not instruction:
+        raise DatasetError(f"{bag}: no instruction (custom_data, {EPISODE_TOPIC} and "
+                           f"{TASK_TOPIC} lack one)")
+    frame_target = _frame_targets(objects, stamp_array, set(instruction.split()))
+    status = custom.get("status", last["state"])
+    if custom.get("success") in ("true", "false"):
+        success = custom["success"] == "true"
+    else:
+        success = last["state"] == "success"
+
+    def as_int(key: str, fallback: int) -> int:
+        try:
+            return int(custom[key])
+        except (KeyError, ValueError):
+            return fallback
+
+    if "expert_from_s" in custom:  # a takeover bag: only the expert's part is a demonstration
+        images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
+            custom["expert_from_s"], rate, bag, images, frame_state, frame_target, frame_ticks, success, status)
+
+    return EpisodeArrays(
+        bag=str(bag), instruction=instruction, success=success, status=status,
+        seed=as_int("seed", first["seed"]), n_blocks=as_int("n_blocks", first["n_blocks"]),
+        control_rate=rate, camera_rate=first["camera_rate"], cameras=cameras,
+        frame_ticks=frame_ticks, images=images, frame_state=frame_state,
+        commands=command_array, frame_target=frame_target)
+
+
+def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, frame_target, frame_ticks,
+                 success: bool, status: str):
+    """The frames from the tick the expert took over (custom_data expert_from_s, sim
+    seconds; "none" when the policy ended the episode before the handover: then the bag
+    demonstrates nothing and counts as not successful)."""
+    if expert_from == "none":
+        return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (policy only)"
+    try:
+        seconds = float(expert_from)
+    except ValueError:
+        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} is not a number or "
+                           "'none'") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} must be >= 0")
+    keep = frame_ticks >= int(round(seconds * rate))
+    if not keep.any():
+        return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (no expert frames)"
+    return images[keep], frame_state[keep], frame_target[keep], frame_ticks[keep], success, status
+
+
+def _frame_targets(objects: list[tuple[int, object]], frame_stamps: np.ndarray,
+                   instruction_words: set[str]) -> np.ndarray:
+    """(F, 3) float32: the named block's position in the latest `objects` message at or
+    before each frame stamp; NaN rows where there is none or it names no single block."""
+    out = np.full((len(frame_stamps), 3), np.nan, dtype=np.float32)
+    if not objects:
+        return out
+    objects = sorted(objects, key=lambda item: item[0])
+    stamps = np.array([s for s, _ in objects], dtype=np.int64)
+    chosen = np.searchsorted(stamps, frame_stamps, side="right") - 1
+    for i, j in enumerate(chosen):
+        if j >= 0:
+            position = _target_position(objects[j][1], instruction_words)
+            if position is not None:
+                out[i] = position
+    return out
+
+
+# ---------------------------------------------------------------- finding bags
+def _is_bag(directory: Path) -> bool:
+    return (directory / "metadata.yaml").is_file() or any(directory.glob("*.mcap"))
+
+
+def find_bags(dirs: Iterable[str | os.PathLike]) -> list[Path]:
+    """Bag directories (holding metadata.yaml or .mcap files) at or under each directory,
+    sorted, hidden directories skipped. Raises DatasetError for a path that does not exist."""
+    found: list[Path] = []
+    for root in map(Path, dirs):
+        if not root.is_dir():
+            raise DatasetError(f"{root}: no such directory")
+        if _is_bag(root):
+            found.append(root)
+            continue
+        for current, subdirs, _files in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+            for name in list(subdirs):
+                path = Path(current) / name
+                if _is_bag(path):
+                    found.append(path)
+                    subdirs.remove(name)  # a bag holds no bags
+    unique = sorted({p.resolve(): p for p in found}.items())
+    return [p for _, p in unique]
+
+
+# ---------------------------------------------------------------- the cache
+def _fingerprint(bag: Path, cameras: Sequence[str]) -> str:
+    """What the cached arrays depend on: the bag's path, every file's size and mtime, the
+    cameras and the extractor version."""
+    files = []
+    for path in sorted(bag.iterdir()):
+        if path.is_file():
+            stat = path.stat()
+            files.append([path.name, stat.st_size, stat.st_mtime_ns])
+    return json.dumps({"version": CACHE_VERSION, "bag": str(bag.resolve()),
+                       "cameras": list(cameras), "files": files}, sort_keys=True)
+
+
+def cache_path(cache_dir: Path, bag: Path, cameras: Sequence[str]) -> Path:
+    key = hashlib.sha256(f"{bag.resolve()}|{','.join(cameras)}".encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"{bag.name}-{key}.npz"
+
+
+_ARRAY_FIELDS = ("frame_ticks", "images", "frame_state", "commands", "frame_target")
+
+
+def _save_cache(path: Path, episode: EpisodeArrays, fingerprint: str) -> None:
+    meta = {f.name: getattr(episode, f.name) for f in fields(EpisodeArrays)
+            if f.name not in _ARRAY_FIELDS}
+    meta["cameras"] = list(episode.cameras)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            # Uncompressed: loading is a memory copy; images compress poorly anyway.
+            np.savez(f, fingerprint=np.array(fingerprint), meta=np.array(json.dumps(meta)),
+                     **{name: getattr(episode, name) for name in _ARRAY_FIELDS})
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _load_cache(path: Path, fingerprint: str) -> EpisodeArrays | None:
+    """The cached episode, or None when absent, stale or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if str(data["fingerprint"]) != fingerprint:
+                return None
+            meta = json.loads(str(data["meta"]))
+            arrays = {name: data[name] for name in _ARRAY_FIELDS}
+        meta["cameras"] = tuple(meta["cameras"])
+        return EpisodeArrays(**meta, **arrays)
+    except Exception as exc:  # noqa: BLE001 - any damage to a cache file means: rebuild it
+        logger.warning("cache file %s is unreadable (%s: %s); rebuilding it", path,
+                       type(exc).__name__, exc)
+        return None
+
+
+def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike,
+                 cameras: Sequence[str] = ("front", "wrist"), *,
+                 progress: bool | None = None) -> list[EpisodeArrays]:
+    """Every complete bag at or under `dirs` as EpisodeArrays (failed demonstrations
+    included: see EpisodeArrays.success), decoded through the cache in `cache_dir`.
+
+    Incomplete bags are skipped with a warning; a corrupt one, or finding no bag at all,
+    raises DatasetError. progress: a bar over bags (None: when stderr is a terminal).
+    """
+    cameras = tuple(cameras)
+    bags = find_bags(dirs)
+    if not bags:
+        raise DatasetError(f"no bags (directories with metadata.yaml or .mcap files) under "
+                           f"{', '.join(str(d) for d in dirs)}")
+    episodes: list[EpisodeArrays] = []
+    cached = 0
+    with progress_bar(len(bags), "reading bags", unit="bag", force=progress) as bar:
+        for bag in bags:
+            fingerprint = _fingerprint(bag, cameras)
+            target = cache_path(Path(cache_dir), bag, cameras)
+            episode = _load_cache(target, fingerprint)
+            if episode is not None:
+                cached += 1
+            else:
+                try:
+                    info = bag_info(bag)
+                except BagError as exc:
+                    raise DatasetError(_one_line(exc)) from None
+                except Exception as exc:  # noqa: BLE001 - a damaged file, one line
+                    raise DatasetError(f"{bag}: cannot read bag ({type(exc).__name__}: "
+                                       f"{_one_line(exc)})") from None
+                if not info.complete:
+                    logger.warning("skipping incomplete bag %s: %s", bag, info.problem)
+                    bar.update(1)
+                    continue
+                episode = extract_episode(bag, cameras)
+                try:
+                    _save_cache(target, episode, fingerprint)
+                except OSError as exc:
+                    logger.warning("cannot write cache file %s: %s", target, exc)
+            episodes.append(episode)
+            bar.update(1)
+    logger.info("%d bags read (%d from the cache in %s), %d skipped as incomplete",
+                len(episodes), cached, cache_dir, len(bags) - len(episodes))
+    if not episodes:
+        raise DatasetError(f"no complete bags among the {len(bags)} found under "
+                           f"{', '.join(str(d) for d in dirs)}")
+    return episodes

@@ -1,0 +1,191 @@
+"""Grounding frames: rendered layouts that teach the target head where the named block is.
+
+In the demonstrations, the arm heads for the named block from the first camera pair on, so
+after a few frames the joint state (and the arm in the images) gives the target away; a
+policy trained on them alone learns to follow its own motion and never learns to look
+(measured: README, "Training your own policy"). Grounding frames break that shortcut: each is
+a fresh layout (seeds from TrainConfig.grounding_seed on, never used by collect or eval),
+rendered with the arm at its start pose or, for a fraction, in a pose borrowed from another
+demonstration, labelled only with the named block's position. They have no actions: the
+action loss ignores them (policy.data.ChunkDataset, has_actions=False).
+
+Rendering costs ~20 ms per layout; the frames are cached as one .npz in the training cache,
+keyed by everything they depend on.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arm_act.common.progress import progress_bar
+from arm_act.sim import ArmEnv
+
+logger = logging.getLogger(__name__)
+
+GROUNDING_VERSION = 2  # 2: target_uv
+RESTING_TOLERANCE = 0.005  # m: a block whose centre is within this of its resting height
+
+
+@dataclass
+class GroundingFrame:
+    """One rendered layout in the shape policy.data expects of an episode (one frame, no
+    actions). images (1, C, H, W, 3) uint8; frame_state (1, 9); frame_target (1, 3) m;
+    target_uv (1, C, 2): the named block's centre in each camera's pixels (u right, v
+    down), NaN where it is outside the image."""
+
+    instruction: str
+    images: np.ndarray
+    frame_state: np.ndarray
+    frame_target: np.ndarray
+    target_uv: np.ndarray
+    seed: int
+    has_actions: bool = False
+
+    @property
+    def frame_ticks(self) -> np.ndarray:
+        return np.zeros(1, np.int64)
+
+    @property
+    def commands(self) -> np.ndarray:
+        """A placeholder tick (the pose itself); never a training target (has_actions)."""
+        state = self.frame_state[0]
+        return np.concatenate([state[:7], state[7:8]])[None].astype(np.float32)
+
+    @property
+    def n_frames(self) -> int:
+        return 1
+
+
+def pixel_of(camera, point: np.ndarray) -> np.ndarray:
+    """(u, v) of a world point in a sim camera's image, NaN when behind it or outside."""
+    T = camera.world_to_optical()
+    depth = float((T[:3, :3] @ point + T[:3, 3])[2])
+    uv = camera.project(point[None])[0]
+    cfg = camera.config
+    if depth <= 0 or not (0 <= uv[0] < cfg.width and 0 <= uv[1] < cfg.height):
+        return np.full(2, np.nan, np.float32)
+    return uv.astype(np.float32)
+
+
+def approach_poses(episodes, block_size: float) -> np.ndarray:
+    """(M, 9) joint states of demonstration frames in which the named block still rests on
+    the table (the arm at its start or on its way there): the poses grounding frames borrow."""
+    rows = []
+    for e in episodes:
+        target = np.asarray(e.frame_target)
+        resting = np.isfinite(target).all(axis=1) & (np.abs(target[:, 2] - block_size / 2) < RESTING_TOLERANCE)
+        rows.append(np.asarray(e.frame_state, np.float32)[resting])
+    return np.concatenate(rows) if rows else np.zeros((0, 9), np.float32)
+
+
+def label_demo_pixels(episodes, sim_config) -> None:
+    """Set `target_uv` (F, C, 2) on each demonstration: the named block's centre in each
+    camera's pixels at each frame (the arm posed as the frame's joint state, so the wrist
+    camera is where it was), NaN where the block is outside an image or unknown."""
+    cameras = tuple(c.name for c in sim_config.cameras)
+    with ArmEnv(sim_config) as env:
+        env.reset(0, sim_config.n_blocks_range[0])
+        for e in episodes:
+            target = np.asarray(e.frame_target, np.float64)
+            uv = np.full((len(target), len(cameras), 2), np.nan, np.float32)
+            for i, (state, point) in enumerate(zip(np.asarray(e.frame_state, np.float64), target)):
+                if np.all(np.isfinite(point)):
+                    env.set_joint_positions(state)
+                    uv[i] = [pixel_of(env.camera(c), point) for c in cameras]
+            e.target_uv = uv
+
+
+def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"version": GROUNDING_VERSION, "n": n, "seed": seed, "blocks": list(blocks),
+                         "borrowed": borrowed, "sim": repr(sim_config)}, sort_keys=True).encode())
+    h.update(np.ascontiguousarray(poses, dtype=np.float32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int, int] = (2, 5),
+                            poses: np.ndarray | None = None, borrowed: float = 0.5,
+                            cache_dir: str | os.PathLike | None = None,
+                            progress: bool | None = None) -> list[GroundingFrame]:
+    """n grounding frames from layouts seed, seed+1, ... (block counts as `arm-act collect`
+    draws them), cached in cache_dir. poses: (M, 9) joint states to borrow for a fraction
+    `borrowed` of the frames (the rest keep the start pose)."""
+    from arm_act.common.episodes import episode_spec
+
+    if n < 0:
+        raise ValueError(f"n={n} must be >= 0")
+    poses = np.zeros((0, 9), np.float32) if poses is None else np.asarray(poses, np.float32)
+    if borrowed > 0 and len(poses) == 0:
+        raise ValueError("borrowed poses asked for, but no demonstration frame has the named block at rest")
+    if n == 0:
+        return []
+    cameras = tuple(c.name for c in sim_config.cameras)
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses)}.npz"
+        frames = _load(path)
+        if frames is not None:
+            logger.info("%d grounding frames from the cache %s", len(frames), path)
+            return frames
+    rng = np.random.default_rng([seed, 11])
+    frames = []
+    with ArmEnv(sim_config) as env, progress_bar(n, "rendering grounding layouts", unit="layout",
+                                                 force=progress) as bar:
+        for i in range(n):
+            spec = episode_spec(i, seed, blocks)
+            env.reset(spec.seed, spec.n_blocks)
+            if rng.random() < borrowed:
+                env.set_joint_positions(poses[rng.integers(len(poses))])
+            rendered = env.render()
+            (target,) = [o.position for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
+            target = np.asarray(target, np.float64)
+            frames.append(GroundingFrame(
+                instruction=env.instruction, images=np.stack([rendered[c] for c in cameras])[None],
+                frame_state=np.asarray(env.joint_state().position, np.float32)[None],
+                frame_target=target.astype(np.float32)[None],
+                target_uv=np.stack([pixel_of(env.camera(c), target) for c in cameras])[None], seed=spec.seed))
+            bar.update(1)
+    if path is not None:
+        try:
+            _save(path, frames)
+        except OSError as exc:
+            logger.warning("cannot write the grounding cache %s: %s", path, exc)
+    return frames
+
+
+def _save(path: Path, frames: list[GroundingFrame]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, images=np.concatenate([g.images for g in frames]),
+                     state=np.concatenate([g.frame_state for g in frames]),
+                     target=np.concatenate([g.frame_target for g in frames]),
+                     uv=np.concatenate([g.target_uv for g in frames]),
+                     seeds=np.array([g.seed for g in frames], np.int64),
+                     instructions=np.array(json.dumps([g.instruction for g in frames])))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _load(path: Path) -> list[GroundingFrame] | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            images, state, target, uv = data["images"], data["state"], data["target"], data["uv"]
+            seeds, instructions = data["seeds"], json.loads(str(data["instructions"]))
+    except Exception as exc:  # noqa: BLE001 - a damaged cache file is rebuilt
+        logger.warning("grounding cache %s is unreadable (%s: %s); rendering again", path, type(exc).__name__, exc)
+        return None
+    return [GroundingFrame(instruction=instructions[i], images=images[i:i + 1], frame_state=state[i:i + 1],
+                           frame_target=target[i:i + 1], target_uv=uv[i:i + 1], seed=int(seeds[i]))
+            for i in range(len(seeds))]

@@ -1,0 +1,201 @@
+"""Closed-loop evaluation of a checkpoint in process, with an honest latency model.
+
+A chunk computed from the camera pair of tick c becomes usable `latency_ticks` control
+ticks later (default: this machine's measured median inference latency, rounded up to
+whole ticks); until then the previous chunks keep driving the arm. The delay is counted in
+ticks, not measured per call, so the same seed gives the same result on any machine.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from arm_act.cli.main import CommandError
+from arm_act.common.viz import VideoWriter, compose_frame
+
+logger = logging.getLogger(__name__)
+
+
+LIFTED_Z = 0.08  # m: a block's centre this high above the table is in the gripper (blocks rest at 0.02)
+
+
+class PolicyAgent:
+    """sim.rollout agent around a PolicyRuntime."""
+
+    def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
+                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None):
+        """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
+        the named block on the video (optional)."""
+        from arm_act.policy.runtime import CommandLimiter
+
+        if latency_ticks < 0:
+            raise ValueError(f"latency_ticks={latency_ticks} must be >= 0")
+        self.runtime = runtime
+        # The same limiter as policy_node, so ROS and in-process runs execute the same commands.
+        self.limiter = CommandLimiter(max_joint_speed, control_rate)
+        self.latency_ticks = latency_ticks
+        self.video = video
+        self._pending: list[tuple[int, int, np.ndarray]] = []  # (usable tick, start tick, chunk)
+        self._hold = None
+        self.chunks = 0
+        self.last_chunk: np.ndarray | None = None
+        self.project = project
+        # Distance (m) between the target head's guess and the named block, per camera pair.
+        self.target_errors: list[float] = []
+        self.lifted: set[str] = set()  # colours of the blocks the arm has lifted this episode
+
+    def reset(self, obs) -> None:
+        self.runtime.reset()
+        self.target_errors.clear()
+        self.lifted.clear()
+        self._pending.clear()
+        position = obs.joint_state.position
+        self._hold = (position[:7].copy(), float(position[7]))
+        self.limiter.reset(position[:7])
+
+    def act(self, obs):
+        from arm_act.sim.rollout import Command
+
+        for o in obs.objects:
+            if o.kind == "block" and o.position[2] > LIFTED_Z:
+                self.lifted.add(o.colour)
+        if obs.images is not None:
+            pred = self.runtime.predict_chunk(obs.images, obs.joint_state.position, obs.instruction,
+                                              need_attention=self.video is not None)
+            self._pending.append((obs.tick + self.latency_ticks, obs.tick, pred.actions))
+            self.chunks += 1
+            self.last_chunk = pred.actions
+            truth = named_block_position(obs.objects, obs.instruction)
+            if pred.target is not None and truth is not None:
+                self.target_errors.append(float(np.linalg.norm(pred.target - truth)))
+            if self.video is not None:
+                marks = None
+                if pred.target is not None and self.project is not None:
+                    marks = {name: self.project(name, pred.target[None])[0] for name in obs.images}
+                self.video.write(compose_frame(
+                    obs.images, pred.attention, obs.instruction, f"chunk {self.chunks}",
+                    self._hold[1], float(obs.joint_state.position[7]), obs.time, marks=marks))
+        ready = [p for p in self._pending if p[0] <= obs.tick]
+        self._pending = [p for p in self._pending if p[0] > obs.tick]
+        for _, start, chunk in ready:
+            self.runtime.add_chunk(start, chunk)
+        action = self.runtime.action(obs.tick)
+        if action is not None:
+            self._hold = self.limiter(*action)
+        arm, gripper = self._hold
+        return Command(np.asarray(arm, dtype=np.float64), float(gripper))
+
+    def partial_progress(self, instruction: str) -> dict:
+        """Which blocks the arm lifted: the named one (the grasp part of the task worked) or
+        another (it went for the wrong block)."""
+        words = set(instruction.split())
+        return {"lifted_named_block": bool(self.lifted & words),
+                "lifted_other_block": bool(self.lifted - words)}
+
+    def grounding(self) -> dict | None:
+        """The target head's error (cm) at the first camera pair and its median over the
+        episode; None without a target head."""
+        if not self.target_errors:
+            return None
+        return {"first_cm": round(100 * self.target_errors[0], 2),
+                "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
+
+
+class TakeoverAgent:
+    """The policy drives until `handover_s` (sim seconds), then the scripted expert takes over
+    from whatever state the policy left (ScriptedExpert plans from the state it is reset
+    in). Recorded, the expert's part labels the states the policy itself reaches: DAgger's
+    idea (Ross et al. 2011) with the expert's own rollout as the label."""
+
+    def __init__(self, policy: PolicyAgent, expert, handover_s: float):
+        if not handover_s >= 0:
+            raise ValueError(f"handover_s={handover_s} must be >= 0")
+        self.policy, self.expert, self.handover_s = policy, expert, float(handover_s)
+        self.handover_tick: int | None = None  # the first tick the expert commanded
+
+    def reset(self, obs) -> None:
+        self.handover_tick = None
+        self.policy.reset(obs)
+
+    def act(self, obs):
+        if obs.time < self.handover_s - 1e-9:
+            return self.policy.act(obs)
+        if self.handover_tick is None:
+            self.handover_tick = obs.tick
+            self.expert.reset(obs)
+        return self.expert.act(obs)
+
+
+def named_block_position(objects, instruction: str) -> np.ndarray | None:
+    """The position of the block whose colour the instruction names, if exactly one does."""
+    words = set(instruction.split())
+    found = [o for o in objects if o.kind == "block" and o.colour in words]
+    return np.asarray(found[0].position, dtype=np.float64) if len(found) == 1 else None
+
+
+def make_policy_runner_factory(args, sim_config, checkpoint: Path):
+    from arm_act.policy.checkpoint import CheckpointError
+    from arm_act.policy.runtime import PolicyRuntime, measure_latency_ticks
+
+    cameras = tuple(c.name for c in sim_config.cameras)
+    try:
+        runtime = PolicyRuntime.from_checkpoint(
+            checkpoint, execution=args.execution, m=args.ensemble_m, threads=args.threads,
+            cameras=cameras, image_size=sim_config.cameras[0].height,
+            backend=getattr(args, "backend", "torch"),
+        )
+    except (CheckpointError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    if args.ideal:
+        latency_ticks, measured = 0, None
+    elif args.latency_ticks is not None:
+        latency_ticks, measured = args.latency_ticks, None
+    else:
+        latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
+        logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
+
+    class Runner:
+        def __init__(self, spec):
+            self.spec = spec
+
+        def run(self, env, spec) -> dict:
+            from arm_act.cli.eval import episode_record
+            from arm_act.sim.rollout import run_episode
+
+            video = None
+            if args.video is not None:
+                video = VideoWriter(Path(args.video) / f"episode_{spec.seed}.mp4", fps=sim_config.camera_rate_hz)
+            agent = PolicyAgent(runtime, latency_ticks, video=video, control_rate=sim_config.control_rate_hz,
+                                max_joint_speed=args.max_joint_speed,
+                                project=lambda camera, points: env.camera(camera).project(points))
+            recorder = None
+            if args.bags is not None:
+                from arm_act.bags.episode import EpisodeBagRecorder
+
+                recorder = EpisodeBagRecorder.for_rollout(Path(args.bags), env, spec, policy=str(checkpoint))
+            try:
+                result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
+                                     on_tick=recorder.on_tick(env, agent) if recorder else None)
+            finally:
+                if video is not None:
+                    video.close()
+            if recorder is not None:
+                recorder.finish(result)
+            record = episode_record(result)
+            record.update(agent.partial_progress(result.instruction))
+            if agent.grounding() is not None:
+                record["target_error"] = agent.grounding()
+            return record
+
+    describe = {
+        "checkpoint": str(checkpoint),
+        "execution": args.execution,
+        "backend": runtime.backend,
+        "ensemble_m": args.ensemble_m,
+        "latency_ticks": latency_ticks,
+        "measured_latency_ms": None if measured is None else round(measured * 1e3, 2),
+        "ideal": bool(args.ideal),
+    }
+    return Runner, describe

@@ -1,0 +1,54 @@
+"""expert_node: the scripted expert as a ROS controller.
+
+Plans from the published topics alone (instruction, joint states, object markers) and
+publishes the same command topics a policy does, so `sim_node + expert_node` over DDS is
+the live counterpart of the in-process expert rollout (and of `arm-act collect`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from arm_act.ros import conversions as conv
+from arm_act.nodes.controller import ControllerNode
+from arm_act.sim import ExpertConfig, ScriptedExpert
+
+
+class ExpertNode(ControllerNode):
+    uses_objects = True
+
+    def __init__(self, **kwargs):
+        super().__init__("expert_node", **kwargs)
+        self.declare_parameter("perturb_prob", 0.0)
+        self.declare_parameter("seed", 0)
+        self.perturb_prob = float(self.get_parameter("perturb_prob").value)
+        self.seed = int(self.get_parameter("seed").value)
+        self.expert: ScriptedExpert | None = None
+
+    def observation_complete(self, stamp_ns: int, tick: int) -> bool:
+        # The sim publishes the object markers every control tick, before the joint states.
+        return super().observation_complete(stamp_ns, tick) and self.objects_stamp_ns == stamp_ns
+
+    def on_new_episode(self, info: conv.EpisodeInfo) -> None:
+        self.expert = None  # planned at the first tick that has this episode's objects
+
+    def compute_command(self, stamp_ns: int, tick: int):
+        info = self.episode
+        if self.objects is None or self.objects_stamp_ns < info.start_ns:
+            return None  # this episode's object markers have not arrived yet
+        if self.expert is None:
+            rng = np.random.default_rng([info.seed, 1])
+            self.expert = ScriptedExpert(ExpertConfig(perturb_prob=self.perturb_prob), rng=rng)
+            self.expert.reset(info.instruction, self.objects, self.joint_positions)
+        t = tick * (1.0 / info.control_rate)
+        arm, gripper = self.expert.act(t, self.joint_positions, self.objects)
+        return np.asarray(arm, dtype=np.float64), float(gripper)
+
+
+def main(args=None):
+    from arm_act.ros.node_main import spin_node
+
+    spin_node(ExpertNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""sim_node: the PyBullet world on ROS 2 topics.
+
+Publishes /clock, joint_states, camera/<name>/image_raw + camera_info, task, episode and
+objects; applies arm_controller/commands and gripper_controller/commands the way
+forward_command_controller does (wrong length or non-finite values are rejected with a
+logged reason and the last valid target is held).
+
+Modes (ARCHITECTURE.md): ``realtime`` paces physics to the wall clock (or runs as fast as
+rendering allows with real_time_factor 0), always publishing /clock; ``lockstep`` advances one
+control period only after the command for the current tick has arrived, so the same seed
+gives the same trajectory bit for bit.
+
+The physics runs in its own thread, not in an executor callback: a physics step plus two
+renders takes tens of milliseconds, and the command subscriptions and services must stay
+responsive meanwhile. Sim time is continuous across episodes (/clock never jumps back).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import Trigger
+from visualization_msgs.msg import MarkerArray
+
+from arm_act.ros import conversions as conv
+from arm_act.common.episodes import EpisodeSchedule, parse_blocks
+from arm_act.sim import ArmEnv, SimConfig
+
+# The first published sim time: ROS treats time 0 as "not set", and timers on sim time do
+# not start until the clock is non-zero.
+CLOCK_START = 1.0
+TRANSIENT_LOCAL = QoSProfile(
+    depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
+)
+
+
+def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) -> SimConfig:
+    """The SimConfig whose env.step() lasts one step period (1/step_rate s), with the same
+    physics dt as the control-rate config: a lockstep episode over ROS integrates exactly
+    as the in-process rollout, and realtime stepping at the joint-state rate changes only
+    when states are published, not the physics."""
+    base = SimConfig(control_rate_hz=control_rate, camera_rate_hz=camera_rate)
+    if step_rate % control_rate or step_rate % camera_rate:
+        raise ValueError(f"joint_state_rate={step_rate} must be a multiple of control_rate={control_rate} "
+                         f"and camera_rate={camera_rate}")
+    config = dataclasses.replace(base, control_rate_hz=step_rate)
+    if abs(config.physics_dt - base.physics_dt) > 1e-12:
+        raise ValueError(f"joint_state_rate={step_rate}: physics rate {base.physics_rate_hz} Hz does not "
+                         f"split into whole steps per joint-state period")
+    return config
+
+
+class SimNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("sim_node", **kwargs)
+        self.declare_parameter("mode", "realtime")
+        self.declare_parameter("real_time_factor", 1.0)
+        self.declare_parameter("control_rate", 50)
+        self.declare_parameter("joint_state_rate", 100)
+        self.declare_parameter("camera_rate", 10)
+        self.declare_parameter("seed", 0)
+        self.declare_parameter("blocks", "2-5")
+        self.declare_parameter("episodes", 0)
+        self.declare_parameter("reset_pause", 1.0)
+        self.declare_parameter("lockstep_timeout", 10.0)
+        self.declare_parameter("gui", False)
+        self.declare_parameter("episode_time_limit", 20.0)
+        # Start the first episode only once a controller publishes commands (so a policy
+        # that takes seconds to load does not miss the start of the demo).
+        self.declare_parameter("wait_for_controller", True)
+        param = lambda name: self.get_parameter(name).value  # noqa: E731
+
+        self.mode = str(param("mode"))
+        if self.mode not in ("realtime", "lockstep"):
+            raise ValueError(f"mode={self.mode!r} must be 'realtime' or 'lockstep'")
+        self.real_time_factor = float(param("real_time_factor"))
+        self.control_rate = int(param("control_rate"))
+        self.joint_state_rate = int(param("joint_state_rate"))
+        self.camera_rate = int(param("camera_rate"))
+        self.reset_pause = float(param("reset_pause"))
+        self.lockstep_timeout = float(param("lockstep_timeout"))
+        # Lockstep steps the world one control period per command (joint states at the
+        # control rate); realtime steps at the joint-state rate and commands are applied at
+        # the control rate.
+        self.step_rate = self.control_rate if self.mode == "lockstep" else self.joint_state_rate
+        try:
+            config = env_config_for_rates(self.control_rate, self.step_rate, self.camera_rate)
+        except ValueError as exc:
+            self.get_logger().warning(f"{exc}; publishing joint states at the control rate")
+            self.step_rate = self.control_rate
+            config = env_config_for_rates(self.control_rate, self.step_rate, self.camera_rate)
+        self.steps_per_command = self.step_rate // self.control_rate
+        self.steps_per_frame = self.step_rate // self.camera_rate
+        self.schedule = EpisodeSchedule(
+            seed=int(param("seed")), blocks=parse_blocks(str(param("blocks"))), episodes=int(param("episodes"))
+        )
+        config = dataclasses.replace(config, episode_time_limit=float(param("episode_time_limit")))
+        self.env = ArmEnv(config, gui=bool(param("gui")))
+        self.cameras = [c.name for c in config.cameras]
+
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10)
+        self.joint_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.image_pubs = {n: self.create_publisher(Image, f"camera/{n}/image_raw", 10) for n in self.cameras}
+        self.info_pubs = {n: self.create_publisher(CameraInfo, f"camera/{n}/camera_info", 10) for n in self.cameras}
+        self.task_pub = self.create_publisher(String, "task", TRANSIENT_LOCAL)
+        self.episode_pub = self.create_publisher(String, "episode", TRANSIENT_LOCAL)
+        self.objects_pub = self.create_publisher(MarkerArray, "objects", 10)
+        self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_command_callback, 10)
+        self.create_subscription(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, self.gripper_command_callback, 10)
+        self.create_service(Trigger, "~/reset", self.reset_callback)
+        self.create_service(Trigger, "~/pause", self.pause_callback)
+        self.create_service(Trigger, "~/unpause", self.unpause_callback)
+
+        self._lock = threading.Condition()
+        self._arm_target: np.ndarray | None = None
+        self._gripper_target: float | None = None
+        self._arm_count = 0
+        self._gripper_count = 0
+        self._paused = False
+        self._reset_requested = False
+        self._stop = threading.Event()
+        self.failed = False
+        self.sim_time = CLOCK_START
+        self.episode_index = -1
+        self.episode_start = CLOCK_START
+        self.finished: list[conv.EpisodeInfo] = []
+        self._held_target = np.zeros(8)
+        self._applied_arm: np.ndarray | None = None
+        self._applied_gripper: float | None = None
+        self._ticks_published = 0
+        self._last_images: dict[str, np.ndarray] | None = None
+        # Images of the next camera tick, rendered before the realtime wait for that tick so
+        # its observation (and /clock) goes out on time instead of a render later.
+        self._prerendered: tuple[int, dict[str, np.ndarray]] | None = None
+        self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ command input
+    def arm_command_callback(self, msg: Float64MultiArray) -> None:
+        try:
+            arm = conv.command_from_msg(msg, conv.ARM_JOINTS, "arm")
+        except conv.ConversionError as exc:
+            self.get_logger().warning(f"rejected arm command: {exc}; holding the last valid target")
+            return
+        with self._lock:
+            self._arm_target = arm
+            self._arm_count += 1
+            self._lock.notify_all()
+
+    def gripper_command_callback(self, msg: Float64MultiArray) -> None:
+        try:
+            (opening,) = conv.command_from_msg(msg, 1, "gripper")
+        except conv.ConversionError as exc:
+            self.get_logger().warning(f"rejected gripper command: {exc}; holding the last valid target")
+            return
+        with self._lock:
+            self._gripper_target = float(opening)
+            self._gripper_count += 1
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------ services
+    def reset_callback(self, request, response):
+        with self._lock:
+            self._reset_requested = True
+            self._lock.notify_all()
+        response.success, response.message = True, "next episode starts"
+        return response
+
+    def pause_callback(self, request, response):
+        with self._lock:
+            self._paused = True
+        response.success, response.message = True, "paused"
+        return response
+
+    def unpause_callback(self, request, response):
+        with self._lock:
+            self._paused = False
+            self._lock.notify_all()
+        response.success, response.message = True, "running"
+        return response
+
+    # ------------------------------------------------------------ the physics thread
+    def _wait_for_controller(self) -> None:
+        logged = False
+        while not self._stop.is_set() and self.count_publishers(conv.ARM_COMMAND_TOPIC) == 0:
+            if not logged:
+                self.get_logger().info(f"waiting for a controller publishing on {conv.ARM_COMMAND_TOPIC}")
+                logged = True
+            self._stop.wait(0.1)
+
+    def _run(self) -> None:
+        try:
+            if self.get_parameter("wait_for_controller").value:
+                self._wait_for_controller()
+            while not self._stop.is_set() and self._start_next_episode():
+                self._run_episode()
+        except Exception as exc:  # the node must report and exit, not idle on with a dead loop
+            if not self._stop.is_set():
+                self.get_logger().error(f"sim loop failed: {exc!r}")
+                self.failed = True
+                self.context.try_shutdown()
+
+    def _start_next_episode(self) -> bool:
+        spec = self.schedule.next()
+        if spec is None:
+            self.get_logger().info("all episodes done")
+            return False
+        self.episode_index += 1
+        self.env.reset(seed=spec.seed, n_blocks=spec.n_blocks)
+        self.episode_start = self.sim_time
+        reset_pose = self.env.joint_state().position
+        self._held_target = np.concatenate([reset_pose[:7], reset_pose[7:8]])
+        self._applied_arm, self._applied_gripper = None, None
+        with self._lock:
+            self._arm_target = None
+            self._gripper_target = None
+            self._reset_requested = False
+        self.task_pub.publish(conv.task_msg(self.env.instruction))
+        self._publish_episode("running")
+        self.get_logger().info(
+            f"episode {self.episode_index} seed {spec.seed} ({spec.n_blocks} blocks): {self.env.instruction}"
+        )
+        return True
+
+    def _episode_info(self, state: str) -> conv.EpisodeInfo:
+        return conv.EpisodeInfo(
+            episode=self.episode_index, seed=self.env.seed, n_blocks=self.env.n_blocks, state=state,
+            instruction=self.env.instruction, time=round(self.sim_time - self.episode_start, 6),
+            start=self.episode_start, control_rate=self.control_rate, camera_rate=self.camera_rate,
+        )
+
+    def _publish_episode(self, state: str) -> None:
+        self.episode_pub.publish(conv.episode_msg(self._episode_info(state)))
+
+    def _run_episode(self) -> None:
+        """One episode: per control tick, publish the observation, (lockstep) wait for the
+        tick's command, apply the newest valid command, step; joint states in between."""
+        step = 0
+        self._prerendered = None
+        wall_start, sim_start = time.monotonic(), self.sim_time
+        while not self._stop.is_set():
+            if step % self.steps_per_command == 0:
+                self._publish_observation(step)
+                if not self._wait_for_command():
+                    return
+                self._apply_latest_command()
+            else:
+                self._publish_joint_state()
+            self.env.step()
+            step += 1
+            self.sim_time = self.episode_start + step / self.step_rate
+            status = self.env.status()
+            if status != "running" or self._reset_requested:
+                state = status if status != "running" else "failure"
+                if self.mode == "realtime":
+                    # (In lockstep every published control tick asks for one command, so the
+                    # final state is not published as a tick.)
+                    self._publish_joint_state()
+                self._publish_episode(state)
+                self.finished.append(self._episode_info(state))
+                self.get_logger().info(
+                    f"episode {self.episode_index} ended: {state} after "
+                    f"{self.sim_time - self.episode_start:.2f} s"
+                )
+                if self.mode == "realtime":
+                    self._hold(self.reset_pause)
+                # The next episode starts one control period later on the same clock.
+                self.sim_time += 1.0 / self.control_rate
+                return
+            if self.mode == "realtime" and self.real_time_factor > 0:
+                if step % self.steps_per_frame == 0 and step % self.steps_per_command == 0:
+                    # The world does not change until the next env.step(), so this is the
+                    # picture the tick would render; rendering it inside the slack keeps the
+                    # tick's publication on the wall-clock schedule (measured in RESULTS.md).
+                    self._prerendered = (step, self.env.render())
+                ahead = (self.sim_time - sim_start) / self.real_time_factor - (time.monotonic() - wall_start)
+                if ahead > 0:
+                    self._stop.wait(ahead)
+
+    def _apply_latest_command(self) -> None:
+        with self._lock:
+            arm, gripper = self._arm_target, self._gripper_target
+        if arm is None and gripper is None:
+            return  # nothing received this episode: the env holds its reset pose
+        held = self._held_target
+        arm = held[:7] if arm is None else arm
+        gripper = float(held[7]) if gripper is None else gripper
+        if arm is self._applied_arm and gripper == self._applied_gripper:
+            return
+        self.env.apply_command(arm, gripper)
+        self._applied_arm, self._applied_gripper = arm, gripper
+
+    def _wait_for_command(self) -> bool:
+        """Holds while paused; in lockstep, blocks until the controller's command for this
+        tick arrived (one arm and one gripper command per published control tick, counted
+        since the node started). While waiting, the tick's observation is re-sent now and
+        then so a controller that starts late still receives it. Returns False on stop."""
+        with self._lock:
+            while self._paused and not self._stop.is_set():
+                self._lock.wait(0.1)
+            if self.mode != "lockstep":
+                return not self._stop.is_set()
+            self._ticks_published += 1
+            waited = 0.0
+            while not self._stop.is_set() and (
+                self._arm_count < self._ticks_published or self._gripper_count < self._ticks_published
+            ):
+                self._lock.wait(0.05)
+                waited += 0.05
+                if waited >= self.lockstep_timeout:
+                    self.get_logger().warning(
+                        f"lockstep: no command for t={self.sim_time:.3f} after {waited:.0f} s "
+                        f"(arm {self._arm_count}, gripper {self._gripper_count} of "
+                        f"{self._ticks_published} ticks); still waiting"
+                    )
+                    waited = 0.0
+                if self._arm_count == 0 and waited and round(waited / 0.05) % 20 == 0:
+                    self._lock.release()
+                    try:
+                        self._publish_observation(0, resend=True)
+                    finally:
+                        self._lock.acquire()
+            return not self._stop.is_set()
+
+    def _publish_observation(self, step: int, resend: bool = False) -> None:
+        """Per control tick: images (on camera ticks), then objects, joint states and /clock
+        last, so a controller that sees the clock at t finds everything stamped t sent."""
+        t = self.sim_time
+        if step % self.steps_per_frame == 0:
+            if self._prerendered is not None and self._prerendered[0] == step and not resend:
+                self._last_images = self._prerendered[1]
+            elif not resend or self._last_images is None:
+                self._last_images = self.env.render()
+            self._prerendered = None
+            for name, rgb in self._last_images.items():
+                k = self.env.camera_intrinsics(name)
+                self.image_pubs[name].publish(conv.image_msg(t, rgb, name))
+                self.info_pubs[name].publish(conv.camera_info_msg(t, name, rgb.shape[1], rgb.shape[0], k))
+        self.objects_pub.publish(conv.objects_msg(t, self.env.objects()))
+        self._publish_joint_state()
+
+    def _publish_joint_state(self) -> None:
+        js = self.env.joint_state()
+        self.joint_pub.publish(conv.joint_state_msg(self.sim_time, js.position, js.velocity, js.effort, js.names))
+        self.clock_pub.publish(conv.clock_msg(self.sim_time))
+
+    def _hold(self, seconds: float) -> None:
+        """Realtime: keep the world running and publishing for `seconds` of sim time before
+        the next episode, so viewers see how it ended."""
+        for _ in range(int(round(seconds * self.step_rate))):
+            if self._stop.is_set():
+                return
+            self.env.step()
+            self.sim_time += 1.0 / self.step_rate
+            self._publish_joint_state()
+            if self.real_time_factor > 0:
+                self._stop.wait(1.0 / self.step_rate / self.real_time_factor)
+
+    def destroy_node(self):
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+        self.env.close()
+        return super().destroy_node()
+
+
+def main(args=None):
+    from arm_act.ros.node_main import spin_node
+
+    spin_node(SimNode, args)
+
+
+if __name__ == "__main__":
+    main()
