@@ -115,7 +115,7 @@ class PolicyConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "PolicyConfig":
+    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> PolicyConfig:
         """Build from a dict. Unknown keys are an error; so are missing ones unless partial
         (a checkpoint's config must be complete, or a changed default would silently change
         the model it describes)."""
@@ -130,7 +130,7 @@ class PolicyConfig:
             raise ValueError(f"policy config is missing keys {missing}")
         return cls(**data)
 
-    def differences(self, other: "PolicyConfig") -> dict[str, tuple[Any, Any]]:
+    def differences(self, other: PolicyConfig) -> dict[str, tuple[Any, Any]]:
         """{field: (self's value, other's value)} for every field that differs."""
         return {f.name: (getattr(self, f.name), getattr(other, f.name))
                 for f in dataclasses.fields(self)

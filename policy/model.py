@@ -35,7 +35,7 @@ class TokenLayout:
     grid: int  # patches per image side
 
     @classmethod
-    def from_config(cls, config: PolicyConfig) -> "TokenLayout":
+    def from_config(cls, config: PolicyConfig) -> TokenLayout:
         i = 0
         latent = None
         if config.use_cvae:

@@ -43,7 +43,7 @@ class Normalizer:
         self._torch_cache: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
 
     @classmethod
-    def fit(cls, states: ArrayLike, actions: ArrayLike, min_std: float = 1e-3) -> "Normalizer":
+    def fit(cls, states: ArrayLike, actions: ArrayLike, min_std: float = 1e-3) -> Normalizer:
         """Statistics from data: states (T, S), actions (T, A) (or any (..., S|A) layout).
 
         Standard deviations are floored at min_std: a joint that never moves in the data
@@ -103,7 +103,7 @@ class Normalizer:
                 for name in ("state_mean", "state_std", "action_mean", "action_std")}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Normalizer":
+    def from_dict(cls, data: Mapping[str, Any]) -> Normalizer:
         names = {"state_mean", "state_std", "action_mean", "action_std"}
         if not isinstance(data, Mapping):
             raise ValueError(f"normalization must be a JSON object, got {type(data).__name__}")

@@ -112,7 +112,7 @@ class OnnxPolicy:
 
     @classmethod
     def export(cls, model: ACTPolicy, threads: int,
-               generator: torch.Generator | None = None) -> "OnnxPolicy":
+               generator: torch.Generator | None = None) -> OnnxPolicy:
         return cls(export_onnx_bytes(model, export_inputs(model, generator)), threads)
 
     def run(self, images: torch.Tensor, state: torch.Tensor, instruction_ids: torch.Tensor,

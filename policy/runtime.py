@@ -156,7 +156,7 @@ class PolicyRuntime:
     @classmethod
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
-                        image_size: int | None = None, backend: str = "torch") -> "PolicyRuntime":
+                        image_size: int | None = None, backend: str = "torch") -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)

@@ -89,7 +89,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Build from a (possibly partial) dict; unknown keys are an error."""
         if not isinstance(data, Mapping):
             raise ValueError(f"train config must be a JSON object, got {type(data).__name__}")

@@ -10,7 +10,7 @@ this against where a block is actually drawn.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -185,7 +185,7 @@ class ArmEnv:
         self._backend.close()
         self._robot, self._task, self._cameras = None, None, {}
 
-    def __enter__(self) -> "ArmEnv":
+    def __enter__(self) -> ArmEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,8 +22,8 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64MultiArray, Header, String
 
-from arm_act.nodes.bag_recorder import BagRecorder
 from arm_act.bags import BagError, bag_info, read_bag, repair
+from arm_act.nodes.bag_recorder import BagRecorder
 from tests.conftest import spin_until
 
 ROOT = Path(__file__).resolve().parents[1]

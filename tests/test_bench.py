@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from arm_act.bench import suite as bench
 from arm_act.bench import over_dds as bench_ros
+from arm_act.bench import suite as bench
 from arm_act.cli import main as cli
 from arm_act.policy.checkpoint import save_checkpoint
 from arm_act.policy.config import PolicyConfig

@@ -8,10 +8,20 @@ import pytest
 import torch
 
 from arm_act.cli import budget as cmd_budget
-from arm_act.policy.budget import (budget_report, count_model_flops, count_parameters,
-                           decoder_layer_flops, dummy_inputs, encoder_layer_flops, flop_counts,
-                           format_report, measure_latency, measure_matmul_gflops, token_counts,
-                           torch_threads)
+from arm_act.policy.budget import (
+    budget_report,
+    count_model_flops,
+    count_parameters,
+    decoder_layer_flops,
+    dummy_inputs,
+    encoder_layer_flops,
+    flop_counts,
+    format_report,
+    measure_latency,
+    measure_matmul_gflops,
+    token_counts,
+    torch_threads,
+)
 from arm_act.policy.checkpoint import save_checkpoint
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy

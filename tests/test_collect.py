@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arm_act.cli import main as cli
 from arm_act.bags import bag_info, live_topic_types, read_bag
+from arm_act.cli import main as cli
 
 ARGS = ["--blocks", "2", "--seed", "3", "--json"]
 
@@ -65,11 +65,10 @@ def test_collect_never_overwrites(collected, capsys):
 
 
 def test_an_episode_that_raises_leaves_an_incomplete_bag(tmp_path):
+    from arm_act.bags.episode import EpisodeBagRecorder
+    from arm_act.common.episodes import episode_spec
     from arm_act.sim import ArmEnv
     from arm_act.sim.rollout import ExpertAgent, run_episode
-
-    from arm_act.common.episodes import episode_spec
-    from arm_act.bags.episode import EpisodeBagRecorder
 
     class Crashing(ExpertAgent):
         def act(self, obs):

@@ -8,12 +8,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
-from arm_act.data import dataset as ds
-from arm_act.bags import BagWriter, live_topic_specs
-from arm_act.data.dataset import DatasetError, extract_episode, find_bags, load_dataset
-from arm_act.policy.config import PolicyConfig
-from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 from synthetic_bags import (
     arm_command,
     gripper_command,
@@ -23,6 +17,12 @@ from synthetic_bags import (
     target_position,
     write_demo_bag,
 )
+
+from arm_act.bags import BagWriter, live_topic_specs
+from arm_act.data import dataset as ds
+from arm_act.data.dataset import DatasetError, extract_episode, find_bags, load_dataset
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 
 TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
             decoder_layers=1, chunk_size=10, mlp_ratio=2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from arm_act.cli import main as cli
 from arm_act.bags import bag_info
+from arm_act.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

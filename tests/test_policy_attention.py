@@ -3,8 +3,15 @@
 import pytest
 import torch
 
-from arm_act.policy.attention import (MultiHeadAttention, RotaryEmbedding, attention_explicit,
-                              block_mask, causal_mask, combine_masks, key_padding_mask)
+from arm_act.policy.attention import (
+    MultiHeadAttention,
+    RotaryEmbedding,
+    attention_explicit,
+    block_mask,
+    causal_mask,
+    combine_masks,
+    key_padding_mask,
+)
 from arm_act.policy.blocks import DecoderLayer, EncoderLayer
 from arm_act.policy.budget import torch_threads
 from arm_act.policy.tokens import patchify, sinusoidal_1d, sinusoidal_2d

@@ -10,9 +10,17 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from arm_act.policy.budget import torch_threads
-from arm_act.policy.checkpoint import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, NORMALIZATION_FILE,
-                               CheckpointError, load_checkpoint, read_config, read_metrics,
-                               save_checkpoint)
+from arm_act.policy.checkpoint import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    NORMALIZATION_FILE,
+    CheckpointError,
+    load_checkpoint,
+    read_config,
+    read_metrics,
+    save_checkpoint,
+)
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer

@@ -13,13 +13,13 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from arm_act.ros import conversions as conv
 from arm_act.nodes.policy_node import PolicyNode
 from arm_act.policy.checkpoint import save_checkpoint
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.runtime import PolicyRuntime
+from arm_act.ros import conversions as conv
 from tests.conftest import spinning, wait_for
 from tests.lockstep_pair import run_lockstep_pair
 

@@ -12,8 +12,8 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 from visualization_msgs.msg import Marker, MarkerArray
 
-from arm_act.cli import main as cli
 from arm_act.bags import BagWriter, live_topic_specs
+from arm_act.cli import main as cli
 from arm_act.eval.report import analyse_bag, jerk, segment_ids
 
 START = 1_000_000_000  # ns; sim time of the first tick

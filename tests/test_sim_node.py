@@ -9,9 +9,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from arm_act.ros import conversions as conv
 from arm_act.nodes.expert_node import ExpertNode
 from arm_act.nodes.sim_node import SimNode
+from arm_act.ros import conversions as conv
 from tests.conftest import spin_until
 
 

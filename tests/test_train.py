@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from synthetic_bags import write_demo_bag
 
 from arm_act.cli import main as cli
 from arm_act.policy.checkpoint import load_checkpoint
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, TrainingError, lr_at, train
-from synthetic_bags import write_demo_bag
 
 TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
             decoder_layers=1, chunk_size=5, mlp_ratio=2, cvae_layers=1, latent_dim=4)

@@ -34,22 +34,16 @@ from rosbags.rosbag2.storage_mcap import McapWriter
 
 from arm_act.bags.codec import (
     DEFAULT_QOS,
-    INCOMPLETE_KEY,
-    INCOMPLETE_REASON_KEY,
     LATCHED_QOS,
     MARKER_NAME,
     ROSBAG2_VERSION,
     VERSION_KEY,
     BagError,
-    decode_cdr,
     encode_cdr,
-    make_qos,
-    ros_type_name,
     software_version,
     to_rosbags_qos,
     typestore,
 )
-
 
 logger = logging.getLogger(__name__)
 

@@ -60,8 +60,8 @@ class _Probe:
         from std_msgs.msg import Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
 
-        from arm_act.ros import conversions as conv
         from arm_act.nodes.controller import TRANSIENT_LOCAL
+        from arm_act.ros import conversions as conv
 
         self.conv = conv
         self.node = Node("bench_probe", context=context)
@@ -242,8 +242,8 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     import yaml
     from rclpy.executors import SingleThreadedExecutor
 
-    from arm_act.common.processes import NodeProcesses, ros_args
     from arm_act.common.paths import config_file
+    from arm_act.common.processes import NodeProcesses, ros_args
     from arm_act.policy.checkpoint import read_config
 
     cameras = tuple(read_config(checkpoint).cameras)

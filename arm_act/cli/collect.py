@@ -27,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from arm_act.bags.episode import bag_name
 from arm_act.cli.main import CommandError
 from arm_act.common.episodes import episode_spec, parse_blocks
 from arm_act.common.progress import progress_bar
-from arm_act.bags.episode import bag_name
 
 _worker: dict = {}  # per worker process: the env and the options
 
@@ -82,10 +82,10 @@ def _close_worker() -> None:
 def collect_episode(spec) -> dict:
     """Run and record one expert episode in this process's env; returns its record."""
     import numpy as np
-    from arm_act.sim import ExpertConfig
-    from arm_act.sim.rollout import ExpertAgent, run_episode
 
     from arm_act.bags.episode import EpisodeBagRecorder
+    from arm_act.sim import ExpertConfig
+    from arm_act.sim.rollout import ExpertAgent, run_episode
 
     env, perturb = _worker["env"], _worker["perturb"]
     # The same perturbation generator as `arm-act eval --policy expert` and run_expert_episodes.

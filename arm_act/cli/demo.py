@@ -19,7 +19,6 @@ import sys
 import threading
 from pathlib import Path
 
-
 from arm_act.cli.main import CommandError
 from arm_act.common.paths import config_file, default_checkpoint
 from arm_act.common.processes import NodeProcesses, ros_args

@@ -170,6 +170,7 @@ class ExpertRunner:
 
     def run(self, env, spec) -> dict:
         import numpy as np
+
         from arm_act.sim.rollout import ExpertAgent, run_episode
 
         agent = ExpertAgent(rng=np.random.default_rng(spec.seed + 1_000_003))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arm_act.ros import conversions as conv
 from arm_act.nodes.controller import ControllerNode
+from arm_act.ros import conversions as conv
 from arm_act.sim import ExpertConfig, ScriptedExpert
 
 

@@ -25,10 +25,10 @@ from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from arm_act.ros import conversions as conv
-from arm_act.nodes.controller import ControllerNode
 from arm_act.common.paths import default_checkpoint
+from arm_act.nodes.controller import ControllerNode
 from arm_act.policy.runtime import CommandLimiter, PolicyRuntime
+from arm_act.ros import conversions as conv
 
 
 class PolicyNode(ControllerNode):

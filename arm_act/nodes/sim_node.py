@@ -29,8 +29,8 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
-from arm_act.ros import conversions as conv
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
+from arm_act.ros import conversions as conv
 from arm_act.sim import ArmEnv, SimConfig
 
 # The first published sim time: ROS treats time 0 as "not set", and timers on sim time do

@@ -11,9 +11,9 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 
-from arm_act.ros import conversions as conv
-from arm_act.nodes.controller import TRANSIENT_LOCAL
 from arm_act.common.viz import VideoWriter, compose_frame
+from arm_act.nodes.controller import TRANSIENT_LOCAL
+from arm_act.ros import conversions as conv
 
 DEFAULT_VIDEO = Path("arm_act_demo.mp4")
 
