@@ -19,7 +19,8 @@ from arm_act.policy.normalizer import Normalizer
 
 POSITIVE = ("matmul_peak_gflops", "inference_ms_p50", "inference_ms_p99", "inference_gflops",
             "inference_achieved_gflops_per_s", "inference_efficiency", "inference_torch_ms_p50",
-            "baseline_inference_ms_p50", "baseline_ratio", "predict_chunk_ms_p50",
+            "baseline_inference_ms_p50", "baseline_ratio", "peer_inference_ms_p50", "peer_ratio",
+            "predict_chunk_ms_p50",
             "render_pair_ms_p50", "render_pair_ms_p99", "loop_rtf", "loop_sim_s", "loop_wall_s",
             "control_period_p50_ms", "control_period_p99_ms", "control_period_wall_p50_ms",
             "control_period_wall_p99_ms", "control_period_sim_p50_ms", "control_period_sim_p99_ms",

@@ -1,5 +1,5 @@
 """The measurements of `arm-act bench`: matmul peak, batch-1 inference (torch eager,
-onnxruntime, a stock nn.Transformer baseline), camera rendering, the in-process loop's
+onnxruntime, a stock nn.Transformer baseline, the LeRobot-default ACT peer), camera rendering, the in-process loop's
 real-time factor, and (arm_act/bench_ros.py) the policy node's control period over DDS.
 
 Every timing is repeated and summarised by its median (p50) and 99th percentile (p99,
@@ -148,6 +148,7 @@ def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend
     """Policy inference (torch eager and onnxruntime), the nn.Transformer baseline, FLOPs.
     backend: "torch", "onnx" or "auto" (the faster of the two by p50)."""
     from arm_act.bench.baseline import BaselineACT
+    from arm_act.bench.peer_act import PeerACT
     from arm_act.policy.budget import count_model_flops
     from arm_act.policy.onnx_backend import verified_onnx_policy
     from arm_act.policy.runtime import PolicyRuntime
@@ -160,7 +161,12 @@ def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend
         onnx, onnx_note = verified_onnx_policy(model, threads)
     torch.manual_seed(1)
     baseline = BaselineACT(model.config).eval()
-    calls = {"torch": lambda: model(**inputs), "baseline": lambda: baseline(**inputs)}
+    cfg = model.config
+    # The peer (LeRobot-default ACT) sees the same cameras, image size and joint state.
+    peer = PeerACT(cameras=len(cfg.cameras), image_size=cfg.image_size, state_dim=cfg.state_dim,
+                   action_dim=cfg.action_dim).eval()
+    calls = {"torch": lambda: model(**inputs), "baseline": lambda: baseline(**inputs),
+             "peer": lambda: peer(inputs["images"], inputs["state"])}
     if onnx is not None:
         calls["onnx"] = lambda: onnx.run(**inputs)
     with torch.inference_mode():
@@ -186,6 +192,9 @@ def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend
         "baseline_inference_ms_p50": times["baseline"]["p50"],
         "baseline_inference_ms_p99": times["baseline"]["p99"],
         "baseline_ratio": times["baseline"]["p50"] / ours["p50"],
+        "peer_inference_ms_p50": times["peer"]["p50"],
+        "peer_inference_ms_p99": times["peer"]["p99"],
+        "peer_ratio": times["peer"]["p50"] / ours["p50"],
         "inference_trials": ours["n"],
     }
 
