@@ -1,5 +1,5 @@
 """The ACT-style transformer policy: tokens, attention, model, normalizer, checkpoints,
-FLOP accounting. No ROS and no PyBullet imports (ARCHITECTURE.md)."""
+FLOP accounting. No ROS and no PyBullet imports (docs/architecture.md, "Layers")."""
 
 from arm_act.policy.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from arm_act.policy.config import PolicyConfig

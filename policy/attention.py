@@ -1,6 +1,6 @@
 """Multi-head attention written out, a fast path through SDPA, masks and rotary positions.
 
-Attention is a soft lookup (the lesson's FIG 1): scores q.k / sqrt(d_k), a row-wise
+Attention is a soft lookup (Vaswani et al. 2017, Sec. 3.2.1): scores q.k / sqrt(d_k), a row-wise
 softmax into non-negative weights that sum to 1, and the weighted sum of the values.
 Dividing by sqrt(d_k) keeps the score variance at 1 whatever the head width, so the
 softmax does not saturate at initialisation.
@@ -33,7 +33,7 @@ def causal_mask(n: int, device: torch.device | str | None = None) -> torch.Tenso
 
 
 def block_mask(prefix: int, actions: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """(prefix+actions, prefix+actions): the lesson's block mask of some VLAs.
+    """(prefix+actions, prefix+actions): a prefix-LM mask (Raffel et al. 2020, Fig. 3).
 
     The observation prefix is bidirectional among itself and does not see the actions;
     each action token sees the whole prefix and the actions up to and including itself.
@@ -58,7 +58,7 @@ class RotaryEmbedding(nn.Module):
     """RoPE (Su et al. 2021): rotate pair i of a query or key at position m by m * w_i.
 
     Since R(a)^T R(b) = R(b - a), the score between a query at m and a key at n depends only
-    on n - m. Pairs are interleaved dimensions (2i, 2i+1), as in the lesson.
+    on n - m. Pairs are interleaved dimensions (2i, 2i+1), as in Su et al. 2021.
     """
 
     def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0):

@@ -1,10 +1,11 @@
 """Token and FLOP accounting for a PolicyConfig, against the camera and control periods.
 
 Counting a multiply-add as 2 FLOPs, one transformer layer over n tokens of width D costs
-(the lesson's accounting): projections Q, K, V, O 8nD^2, an MLP of width 4D 16nD^2, and
-attention itself (QK^T and AV) 4n^2D, so attention's share is n / (6D + n). The decoder's
-K action queries cost 8KD^2 + 4K^2D in self-attention; cross-attention projects Q and O on
-the K queries (4KD^2), K and V on the N encoder tokens (4ND^2), and attends in 4KND.
+(the count of Kaplan et al. 2020, Table 1, plus the AV product): projections Q, K, V, O
+8nD^2, an MLP of width 4D 16nD^2, and attention itself (QK^T and AV) 4n^2D, so attention's
+share is n / (6D + n). The decoder's K action queries cost 8KD^2 + 4K^2D in self-attention;
+cross-attention projects Q and O on the K queries (4KD^2), K and V on the N encoder tokens
+(4ND^2), and attends in 4KND.
 Softmax, LayerNorm, GELU and additions are not counted (as torch's FlopCounterMode does).
 """
 

@@ -28,7 +28,7 @@ class PolicyConfig:
     chunk_size: int = 50  # K future control steps (1 s at 50 Hz), one action query each
     action_dim: int = 8  # 7 arm joint targets + gripper opening
     state_dim: int = 9  # 7 arm joints + 2 finger joints
-    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * D (the lesson's 4D)
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * D (4D, as in Vaswani et al. 2017)
     dropout: float = 0.1
     # The ACT paper's ablation (Zhao et al. 2023, Sec. V-D) found the CVAE matters for noisy
     # human demonstrations but makes little difference on scripted ones, which is what this
@@ -40,10 +40,12 @@ class PolicyConfig:
     pre_ln: bool = True
     decoder_rope: bool = False  # rotary positions in the action queries' self-attention
     max_instruction_tokens: int = 8
-    # Weight of the auxiliary loss that asks the encoder's instruction tokens where the named
-    # block is (its position from the demonstration bags; never an input). 0 = no such head.
-    # It gives the instruction->patch attention a direct gradient, which the action loss
-    # alone provides only weakly (see README, "Training your own policy").
+    # Weight of the auxiliary target head's losses (0 = no such head): every encoder patch
+    # token scores "the named block is in this patch" (cross-entropy against the patch that
+    # holds the block's centre), and the block's position is read from the patch tokens
+    # pooled by those scores. Labels come from the bags' objects topic and from grounding
+    # layouts; never an input. The action loss alone did not teach the policy which block
+    # to pick (docs/training.md, "Finding the named block").
     target_weight: float = 0.0
     vocab: tuple[str, ...] = field(default_factory=default_vocab)
 

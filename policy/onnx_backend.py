@@ -3,8 +3,8 @@ ONNX in memory and run by onnxruntime.
 
 Why: eager torch spends a large share of a ~1 GFLOP forward pass in Python and per-op
 dispatch at these small matrix sizes; onnxruntime runs the same graph with fused kernels
-(ARCHITECTURE.md, "Measured on this kind of machine": a 130-token model went from ~23 ms
-eager to ~11.5 ms, outputs equal to 1e-6).
+(docs/architecture.md, "Design measurements": a 130-token prototype went from ~23 ms
+eager to ~11.5 ms, outputs equal to 1e-6; the shipped policy: benchmarks/RESULTS.md).
 
     backend = OnnxPolicy.export(model, threads=2)              # checks nothing
     backend, reason = verified_onnx_policy(model, threads=2)   # None + reason if unusable
@@ -100,8 +100,8 @@ class OnnxPolicy:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Idle pool threads otherwise spin between calls and take the core from the renderer
-        # and the control timer: 42 -> 15 ms per inference in the in-process loop
-        # (ARCHITECTURE.md, "Measured on this kind of machine").
+        # and the control tick: 42 -> 15 ms per inference in an in-process loop
+        # (docs/architecture.md, "Design measurements").
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only
         self.session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])

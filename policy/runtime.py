@@ -1,5 +1,5 @@
 """The runtime that turns a checkpoint into commands, shared by in-process evaluation and
-the policy node (STYLE.md #3: LeRobot's ACTPolicy / ACTTemporalEnsembler split).
+the policy node (split as LeRobot splits ACTPolicy and ACTTemporalEnsembler).
 
     runtime = PolicyRuntime.from_checkpoint("checkpoints/default", backend="onnx")
     runtime.reset()

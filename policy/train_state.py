@@ -7,7 +7,7 @@
     state.json             step, configs, normalization, data fingerprint, AdamW's
                            hyper-parameters (param_groups), loss history
 
-Nothing is pickled (ARCHITECTURE.md: loading never unpickles): tensors go to safetensors,
+Nothing is pickled (as for checkpoints, docs/architecture.md "Formats"): tensors go to safetensors,
 everything else to JSON.
 """
 

@@ -1,6 +1,6 @@
 """PyBullet simulation of a Franka Panda pick-and-place task (no ROS).
 
-Public API (see the contract): SimConfig, CameraConfig, ArmEnv, ObjectState,
+Public API: SimConfig, CameraConfig, ArmEnv, ObjectState,
 JointStateArrays, ScriptedExpert, ExpertConfig; sim.rollout holds the episode loop.
 """
 

@@ -7,7 +7,7 @@ BulletClients) can live in one process without sharing state.
 Also builds, once per process and cached on disk, a variant of pybullet_data's
 franka_panda/panda.urdf whose <visual> geometry is the (much smaller) collision geometry:
 TinyRenderer's cost is dominated by triangle count, and the visual meshes make a camera
-pair ~4x slower (ARCHITECTURE.md, "Measured on this kind of machine").
+pair ~7x slower (5.0 against 36.6 ms per 96x96 pair: `python benchmarks/sim_figures.py`).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ class Backend:
     # --- rendering ---------------------------------------------------------------------
     def render(self, width: int, height: int, view: Sequence[float], projection: Sequence[float]) -> np.ndarray:
         """RGB image (height, width, 3) uint8, a fresh array. TinyRenderer, no shadows, no
-        segmentation mask: the cheapest CPU path (ARCHITECTURE.md measurements)."""
+        segmentation mask: the cheapest CPU path (docs/architecture.md, "Design measurements")."""
         _, _, rgba, _, _ = self.client.getCameraImage(
             width, height, viewMatrix=list(view), projectionMatrix=list(projection), shadow=0,
             renderer=pybullet.ER_TINY_RENDERER, flags=pybullet.ER_NO_SEGMENTATION_MASK)

@@ -1,6 +1,6 @@
 """Configuration dataclasses for the simulated pick-and-place world.
 
-One config per component (STYLE.md #2): `CameraConfig` for a camera, `SimConfig` for the
+One config per component: `CameraConfig` for a camera, `SimConfig` for the
 world (rates, physics step, episode limit, layout, cameras). Every config validates itself
 in `__post_init__` and quotes the offending values in its errors.
 """
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 COLOURS: tuple[str, ...] = ("red", "green", "blue", "yellow", "purple", "orange")
-"""The six block colours, in a fixed order (contract: red, green, blue, yellow, purple, orange)."""
+"""The six block colours, in a fixed order (docs/architecture.md, "The task")."""
 
 CAMERA_MOUNTS = ("fixed", "link")
 

@@ -1,6 +1,6 @@
-"""`ArmEnv`: the Panda pick-and-place world behind the contract's sim API.
+"""`ArmEnv`: the Panda pick-and-place world, the heart of arm_act.sim's API.
 
-Layering (STYLE.md #9): backend (pybullet) -> robot / task / cameras -> this env. Each env
+Layering: backend (pybullet) -> robot / task / cameras -> this env. Each env
 owns one BulletClient, so several envs can live in one process. Every reset empties and
 rebuilds the world and draws everything from np.random.default_rng(seed): the same seed and
 the same commands give bit-identical joint states and images.
@@ -147,7 +147,7 @@ class ArmEnv:
         return self._require()[0].gripper_opening()
 
     def status(self) -> str:
-        """"running" | "success" | "failure" | "timeout" (ARCHITECTURE.md "The task").
+        """"running" | "success" | "failure" | "timeout" (docs/architecture.md, "The task").
 
         A terminal status is sticky until the next reset."""
         robot, task = self._require()

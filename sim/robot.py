@@ -1,6 +1,6 @@
 """The Franka Panda: loading, joint-position control of 7 arm joints + 2 fingers, state.
 
-Joint order everywhere (contract): panda_joint1..7, panda_finger_joint1, panda_finger_joint2.
+Joint order everywhere (docs/architecture.md, "The task"): panda_joint1..7, panda_finger_joint1, panda_finger_joint2.
 PyBullet ignores URDF <mimic> joints, so both finger joints are commanded with the same
 opening (metres, 0 closed .. 0.04 open, per finger).
 """
@@ -37,7 +37,7 @@ arm accelerates. With the finger gear coupling, measured slip while carrying is 
 
 @dataclass(frozen=True)
 class JointStateArrays:
-    """Joint state in contract order: names (9,), position/velocity/effort (9,) float64."""
+    """Joint state in the joint order above: names (9,), position/velocity/effort (9,) float64."""
 
     names: tuple[str, ...]
     position: np.ndarray

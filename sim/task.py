@@ -3,7 +3,7 @@
 World frame = Panda base frame; the table top is the plane z = 0. The box is a static body
 made of 5 thin boxes (floor + 4 walls, open top) at a fixed place; blocks are ~4 cm cubes of
 distinct colours placed without overlap inside the arm's reach, all from the episode's
-np.random.Generator (STYLE.md #8: randomness is passed in).
+np.random.Generator (randomness is passed in, never global, as dm_control passes `random=`).
 """
 
 from __future__ import annotations

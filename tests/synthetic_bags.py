@@ -1,5 +1,5 @@
-"""Synthetic demonstration bags in the layout `arm-act collect` writes (the contract's
-"Demonstration bags"), built from rosbags message classes so writing needs no rclpy.
+"""Synthetic demonstration bags in the layout `arm-act collect` writes (docs/architecture.md,
+"Bags"), built from rosbags message classes so writing needs no rclpy.
 
 Values encode where they come from, so alignment is checkable by eye:
   joint state of tick k: position[j] = k + j / 100

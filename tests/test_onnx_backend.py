@@ -1,5 +1,5 @@
 """The ONNX backend: the exported graph computes what the torch model computes (a fast path
-checked against its reference, STYLE.md #11), and PolicyRuntime falls back to torch when the
+checked against its reference), and PolicyRuntime falls back to torch when the
 graph cannot be made or disagrees."""
 import logging
 

@@ -1,4 +1,4 @@
-"""Attention, masks and position encodings: the lesson's properties as tests."""
+"""Attention, masks and position encodings: their defining properties as tests."""
 
 import pytest
 import torch
