@@ -1,4 +1,4 @@
-"""The policy diagnostics behind the README's "Letting go" section.
+"""The policy diagnostics behind docs/training.md's "Letting go" section.
 
     python benchmarks/policy_diagnostics.py labels DIR... [--cache DIR]
     python benchmarks/policy_diagnostics.py probe CKPT TAKEOVER_DIR [--cache DIR] [--after 6]

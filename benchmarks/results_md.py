@@ -61,7 +61,7 @@ def render(reports: list[dict], names: list[str]) -> str:
         "",
         "Produced by `benchmarks/run_bench.sh` (`arm-act bench`); regenerate with it, on a quiet "
         "machine. Medians (p50) and 99th percentiles (p99) over repeated trials; what each "
-        "figure measures is documented in arm_act/bench.py and arm_act/bench_ros.py.",
+        "figure measures is documented in arm_act/bench/suite.py and arm_act/bench/over_dds.py.",
         "",
         f"- CPU: {m['cpu_model']}, {m['usable_cpus']} usable of {m['logical_cpus']} logical CPUs; "
         f"{m['platform']}",

@@ -74,7 +74,7 @@ class TopicSpec:
         object.__setattr__(self, "qos", tuple(to_rosbags_qos(p) for p in profiles if p is not None))
 
 
-# The topics the live system publishes (ARCHITECTURE.md), relative names, with the QoS their
+# The topics the live system publishes (docs/architecture.md), relative names, with the QoS their
 # publishers offer (sim_node: depth 10; task and episode transient-local, depth 1).
 LATCHED_TOPICS = ("task", "episode")
 SENSOR_TOPIC_TYPES = ("rosgraph_msgs/msg/Clock", "sensor_msgs/msg/JointState", "sensor_msgs/msg/Image",

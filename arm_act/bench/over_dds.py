@@ -184,7 +184,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
 
 class _InProcess:
     """sim_node + policy_node composed in this process (one SingleThreadedExecutor on their
-    own context), the arrangement the demo does NOT use: to measure why (README)."""
+    own context), the arrangement the demo does NOT use: to measure it (docs/architecture.md, "Threading")."""
 
     def __init__(self, domain: int):
         import rclpy

@@ -6,9 +6,10 @@ node that prints a line per finished episode and shows both cameras with the pol
 cross-attention over the patches, the instruction and commanded vs actual gripper: in a
 window when a display exists, into a video file otherwise. Ctrl-C stops every child cleanly.
 
-Why child processes: PyBullet's renderer holds the GIL for the whole render call (tens of
-milliseconds for a camera pair), so in one process the policy's 50 Hz control timer waits
-behind it; in separate processes the control period holds (README, "Demo arrangement").
+Why child processes: that is what `ros2 launch` runs, each process has its own GIL
+(PyBullet's renderer holds it for a whole render call), and a crash in one node cannot take
+the others down. Composed in one process the control rate holds too, with slightly slower
+inference (docs/architecture.md, "Threading"; `arm-act bench --arrangement single`).
 Without a trained checkpoint the scripted expert (expert_node) drives the arm instead.
 """
 from __future__ import annotations

@@ -35,9 +35,9 @@ grounding_borrowed_poses, init_from, hold_after_end), optionally prefixed "polic
 front,wrist.
 target_weight > 0 adds the target head (where is the named block?), trained on pixels
 labelled from the bags' objects topic; grounding_layouts renders that many extra
-layouts for it (README: "Finding the named block"). hold_after_end=true supervises
-the chunk steps past a successful episode's end as holding its last command (README:
-"Letting go").
+layouts for it (docs/training.md: "Finding the named block"). hold_after_end=true
+supervises the chunk steps past a successful episode's end as holding its last command
+(docs/training.md: "Letting go").
 --steps, --batch-size, --lr, --seed and --init override everything else.
 Example: --config width=128 encoder_layers=3 lr=5e-4 augment=false"""
 

@@ -1,6 +1,6 @@
 """Demonstration bags -> plain arrays for training, through a cache of decoded arrays.
 
-One bag (written by `arm-act collect`, see the contract's "Demonstration bags") becomes one
+One bag (written by `arm-act collect`, see docs/architecture.md, "Bags") becomes one
 EpisodeArrays: the camera frames with the joint state at each frame, and the command the
 agent sent at every control tick. Training pairs the frame of tick c with commands
 c .. c+K-1 (policy/data.py), the same indexing the runtime uses for a predicted chunk.

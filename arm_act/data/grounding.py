@@ -3,7 +3,7 @@
 In the demonstrations, the arm heads for the named block from the first camera pair on, so
 after a few frames the joint state (and the arm in the images) gives the target away; a
 policy trained on them alone learns to follow its own motion and never learns to look
-(measured: README, "Training your own policy"). Grounding frames break that shortcut: each is
+(measured: docs/training.md, "Finding the named block"). Grounding frames break that shortcut: each is
 a fresh layout (seeds from TrainConfig.grounding_seed on, never used by collect or eval),
 rendered with the arm at its start pose or, for a fraction, in a pose borrowed from another
 demonstration, labelled only with the named block's position. They have no actions: the

@@ -4,8 +4,9 @@ It keeps the latest observation (joint states, task, episode, objects), decides 
 command is due and publishes arm_controller/commands + gripper_controller/commands.
 
 Two timing modes, matching sim_node's:
-- ``realtime``: a timer at the control rate on sim time publishes a command every period
-  from whatever the node holds (the control rate never waits for anything).
+- ``realtime``: a control tick each time /clock crosses the next multiple of the control
+  period (a wall-clock timer without sim time) publishes a command from whatever the node
+  holds (the control rate never waits for inference).
 - ``lockstep``: one command per control tick the sim publishes, computed once the
   observation stamped with that tick is complete (joint states, plus both images on camera
   ticks for the policy). The sim waits for exactly one command per tick, so the node
@@ -74,11 +75,13 @@ class ControllerNode(Node, ABC):
         self.missed_ticks = 0
         self._last_tick_index: int | None = None
         if self.mode == "realtime":
-            # The control "timer" on sim time is driven by /clock itself, in its own callback
-            # group (on a MultiThreadedExecutor it would never queue behind the observation
-            # callbacks). rclpy's own timers on sim time fired at 17-44 Hz instead of 50 Hz
-            # beside a 100 Hz /clock here (measured), so a tick runs whenever the clock
-            # crosses the next multiple of the control period. Without sim time: a timer.
+            # The control "timer" on sim time is driven by /clock itself: rclpy's own timers
+            # on sim time fired at 17-44 Hz instead of 50 Hz beside a 100 Hz /clock here
+            # (measured), so a tick runs whenever the clock crosses the next multiple of the
+            # control period. Without sim time: a timer. The nodes spin on a
+            # SingleThreadedExecutor (arm_act.ros.node_main), where the callback group changes
+            # nothing: the tick runs between the other callbacks, each of them short
+            # (docs/architecture.md, "Threading").
             group = MutuallyExclusiveCallbackGroup()
             if self.get_parameter("use_sim_time").value:
                 self.create_subscription(Clock, "/clock", self.clock_tick_callback, 10, callback_group=group)

@@ -2,8 +2,9 @@
 
 Keeps the latest observation (both cameras, joint states, task, episode), runs inference on
 a worker thread for each new camera pair, and publishes arm/gripper commands from the chunk
-executor (temporal ensembling or queue) at the control rate on sim time. The control timer
-never waits for inference: it lives in its own callback group and only reads the executor.
+executor (temporal ensembling or queue) at the control rate on sim time. The control tick
+(driven by /clock, see ControllerNode) never waits for inference: it only reads the chunks
+the worker has finished (docs/architecture.md, "Threading").
 
 Safety: observations older than `stale_timeout` (sim seconds) or a failed inference make the
 node hold the last command and say so in policy/diagnostics; it resumes with fresh data.
@@ -132,7 +133,7 @@ class PolicyNode(ControllerNode):
         tick (or a later one) is here too (lock held). sim_node publishes a tick's images
         before its joint state, so submitting on the images alone would pair them with the
         previous tick's joints: in-process evaluation and lockstep never do that, and
-        measured live it cost grasps (README, "The demo")."""
+        measured live it cost grasps (docs/architecture.md, "Threading")."""
         pair = self._pair_ns
         if self.mode != "realtime" or pair is None or pair <= self.last_pair_ns or self.joint_stamp_ns < pair:
             return

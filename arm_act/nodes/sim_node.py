@@ -5,7 +5,7 @@ objects; applies arm_controller/commands and gripper_controller/commands the way
 forward_command_controller does (wrong length or non-finite values are rejected with a
 logged reason and the last valid target is held).
 
-Modes (ARCHITECTURE.md): ``realtime`` paces physics to the wall clock (or runs as fast as
+Modes (docs/architecture.md, "Modes"): ``realtime`` paces physics to the wall clock (or runs as fast as
 rendering allows with real_time_factor 0), always publishing /clock; ``lockstep`` advances one
 control period only after the command for the current tick has arrived, so the same seed
 gives the same trajectory bit for bit.
@@ -278,7 +278,7 @@ class SimNode(Node):
                 if step % self.steps_per_frame == 0 and step % self.steps_per_command == 0:
                     # The world does not change until the next env.step(), so this is the
                     # picture the tick would render; rendering it inside the slack keeps the
-                    # tick's publication on the wall-clock schedule (measured in RESULTS.md).
+                    # tick's publication on the wall-clock schedule (docs/architecture.md, "Threading").
                     self._prerendered = (step, self.env.render())
                 ahead = (self.sim_time - sim_start) / self.real_time_factor - (time.monotonic() - wall_start)
                 if ahead > 0:

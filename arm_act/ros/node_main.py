@@ -15,7 +15,7 @@ def spin_node(node_class, args=None) -> None:
     and inference, runs on the nodes' own threads), and rclpy's MultiThreadedExecutor costs
     so much per callback that beside a 100 Hz /clock and joint_states the policy node missed
     419 of 629 control ticks in 12 s; the SingleThreadedExecutor missed none (measured with
-    sim_node in realtime, README "Control rate").
+    sim_node in realtime, docs/architecture.md, "Threading").
 
     rclpy's own signal handlers (SIGINT and SIGTERM) shut the context down, which ends the
     spin between callbacks, never in the middle of one. Exits non-zero when the node says
