@@ -26,6 +26,7 @@ JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + (
 ARM_JOINTS = 7
 GRIPPER_MAX_OPENING = 0.04  # metres per finger, the Panda finger joint's upper limit
 WORLD_FRAME = "world"
+MAX_STAMP_S = 2.0**31  # builtin_interfaces/Time holds int32 seconds
 EPISODE_STATES = ("running", "success", "failure", "timeout")
 ARM_COMMAND_TOPIC = "arm_controller/commands"
 GRIPPER_COMMAND_TOPIC = "gripper_controller/commands"
@@ -239,6 +240,15 @@ class EpisodeInfo:
     def __post_init__(self):
         if self.state not in EPISODE_STATES:
             raise ConversionError(f"episode state {self.state!r} not one of {EPISODE_STATES}")
+        # A peer can send any JSON: a start of NaN or 1e300 s used to kill every controller
+        # at its next tick (int(round(start * 1e9)) raises), a camera_rate of 0 in lockstep.
+        if not (math.isfinite(self.start) and 0.0 <= self.start <= MAX_STAMP_S):
+            raise ConversionError(f"episode start {self.start!r} is not a sim time in 0 .. {MAX_STAMP_S:.0f} s")
+        if not math.isfinite(self.time):
+            raise ConversionError(f"episode time {self.time!r} is not finite")
+        if not (1 <= self.control_rate <= 10_000 and 1 <= self.camera_rate <= self.control_rate):
+            raise ConversionError(f"episode rates control_rate={self.control_rate}, camera_rate={self.camera_rate} "
+                                  "must satisfy 1 <= camera_rate <= control_rate <= 10000")
 
 
 def episode_msg(info: EpisodeInfo) -> String:
@@ -248,6 +258,8 @@ def episode_msg(info: EpisodeInfo) -> String:
 def episode_from_msg(msg: String) -> EpisodeInfo:
     try:
         fields = json.loads(msg.data)
+        if not isinstance(fields, dict):
+            raise TypeError(f"a JSON {type(fields).__name__}, not an object")
         return EpisodeInfo(
             episode=int(fields["episode"]),
             seed=int(fields["seed"]),
@@ -259,7 +271,7 @@ def episode_from_msg(msg: String) -> EpisodeInfo:
             control_rate=int(fields.get("control_rate", 50)),
             camera_rate=int(fields.get("camera_rate", 10)),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise ConversionError(f"episode message is not the documented JSON: {exc}") from exc
 
 

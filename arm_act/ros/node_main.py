@@ -1,44 +1,123 @@
-"""The console-script main shared by the node executables."""
+"""The console-script main shared by the node executables (`ros2 run arm_act <node>`, launch).
+
+What every node gets from here, so `ros2 run` with no arguments just works and any number of
+signals stops it cleanly:
+
+- **Sim time by default.** `use_sim_time:=true` is put in front of the command line's own
+  arguments, so a later `-p use_sim_time:=false` or a parameter file still wins (rcl applies
+  parameter rules in the order they appear).
+- **Discovery on this machine only by default.** ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+  unless the environment sets it: a demo never talks to a neighbour's robot.
+- **Clean shutdown whatever the signals.** rclpy's own handlers raise KeyboardInterrupt
+  wherever the main thread happens to be; a second SIGINT (launch forwards one, and the
+  terminal delivers another to the whole process group) then lands inside destroy_node()
+  and the process dies with -2 and a traceback. Ours only set a flag: the first SIGINT or
+  SIGTERM ends the spin between callbacks, later ones are noted and ignored, and then the
+  node is destroyed (its threads joined before any of its publishers go away) and the
+  context shut down. Exit status 0.
+- **An end.** A node that finishes its work (sim_node after its episodes) sets a `done`
+  event; the process then exits 0, which a launch file's OnProcessExit can act on. A node
+  that failed sets `failed` and the process exits 1.
+
+Single-threaded on purpose: every callback of our nodes is short (the heavy work, physics
+and inference, runs on the nodes' own threads), and rclpy's MultiThreadedExecutor costs so
+much per callback that beside a 100 Hz /clock and joint_states the policy node missed 419 of
+629 control ticks in 12 s; the SingleThreadedExecutor missed none (docs/architecture.md, "Threading").
+"""
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+# How often the spin loop looks at the stop flag: Python runs a signal handler only between
+# bytecodes of the main thread, so the executor's wait must come back now and then.
+POLL_S = 0.1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def spin_node(node_class, args=None) -> None:
-    """Init rclpy, spin one node on a SingleThreadedExecutor until Ctrl-C or SIGTERM, then
-    destroy it (nodes close files, threads and the physics client there) and shut down.
+def sim_time_default(argv: list[str]) -> list[str]:
+    """argv with `--ros-args -p use_sim_time:=true --` before the user's arguments: sim time
+    unless the command line (a later -p or --params-file) says otherwise."""
+    argv = list(argv)
+    return argv[:1] + ["--ros-args", "-p", "use_sim_time:=true", "--"] + argv[1:]
 
-    Single-threaded on purpose: every callback of our nodes is short (the heavy work, physics
-    and inference, runs on the nodes' own threads), and rclpy's MultiThreadedExecutor costs
-    so much per callback that beside a 100 Hz /clock and joint_states the policy node missed
-    419 of 629 control ticks in 12 s; the SingleThreadedExecutor missed none (measured with
-    sim_node in realtime, docs/architecture.md, "Threading").
 
-    rclpy's own signal handlers (SIGINT and SIGTERM) shut the context down, which ends the
-    spin between callbacks, never in the middle of one. Exits non-zero when the node says
-    it failed (a `failed` attribute) or cannot be created.
-    """
-    rclpy.init(args=args)
+class StopSignals:
+    """SIGINT/SIGTERM set `event` (the first one) and are counted; the previous handlers come
+    back on restore(). Only the main thread can install handlers: elsewhere this is inert."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        self.event.set()
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
+def _done(node) -> bool:
+    done = getattr(node, "done", None)
+    return bool(done is not None and done.is_set())
+
+
+def run_node(node_class, args=None, use_sim_time: bool = True) -> int:
+    """Create `node_class()`, spin it until a signal, its `done` event or a context shutdown,
+    destroy it and shut rclpy down. Returns the exit status (0, or 1 when the node failed or
+    could not be created; the reason is one line on stderr, not a traceback)."""
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    argv = list(sys.argv if args is None else args)
+    if use_sim_time:
+        argv = sim_time_default(argv)
+    signals = StopSignals().install()  # before init: a signal during start-up is not lost
     node = None
     status = 0
     try:
-        node = node_class()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
+        rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+        if not signals.event.is_set():
+            node = node_class()
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            while not signals.event.is_set() and not _done(node) and rclpy.ok():
+                executor.spin_once(timeout_sec=POLL_S)
+            executor.remove_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except Exception as exc:  # e.g. a missing checkpoint: one line, not a traceback
+    except Exception as exc:  # noqa: BLE001 - e.g. a missing checkpoint: one line, not a traceback
         print(f"{node_class.__name__}: {exc}", file=sys.stderr)
         status = 1
     finally:
-        if node is not None:
-            status = status or int(bool(getattr(node, "failed", False)))
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+        try:
+            if node is not None:
+                status = status or int(bool(getattr(node, "failed", False)))
+                node.destroy_node()
+        except Exception as exc:  # noqa: BLE001 - a node's own teardown error: one line, exit 1
+            print(f"{node_class.__name__}: while stopping: {exc}", file=sys.stderr)
+            status = status or 1
+        finally:
+            rclpy.try_shutdown()
+            signals.restore()
+    return status
+
+
+def spin_node(node_class, args=None, use_sim_time: bool = True) -> None:
+    """The console-script main: run_node, then exit with its status."""
+    status = run_node(node_class, args, use_sim_time=use_sim_time)
     if status:
         sys.exit(status)
