@@ -22,38 +22,29 @@ LIFTED_Z = 0.08  # m: a block's centre this high above the table is in the gripp
 
 
 class PolicyAgent:
-    """sim.rollout agent around a PolicyRuntime."""
+    """sim.rollout agent around a PolicyRuntime: its commands come from an ActionSelector,
+    the one policy_node uses, so ROS and in-process runs execute the same commands."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
                  control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None):
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
         the named block on the video (optional)."""
         from arm_act.policy.runtime import CommandLimiter
+        from arm_act.policy.selection import ActionSelector
 
-        if latency_ticks < 0:
-            raise ValueError(f"latency_ticks={latency_ticks} must be >= 0")
         self.runtime = runtime
-        # The same limiter as policy_node, so ROS and in-process runs execute the same commands.
-        self.limiter = CommandLimiter(max_joint_speed, control_rate)
-        self.latency_ticks = latency_ticks
+        self.selector = ActionSelector(runtime, latency_ticks, CommandLimiter(max_joint_speed, control_rate))
         self.video = video
-        self._pending: list[tuple[int, int, np.ndarray]] = []  # (usable tick, start tick, chunk)
-        self._hold = None
         self.chunks = 0
-        self.last_chunk: np.ndarray | None = None
         self.project = project
         # Distance (m) between the target head's guess and the named block, per camera pair.
         self.target_errors: list[float] = []
         self.lifted: set[str] = set()  # colours of the blocks the arm has lifted this episode
 
     def reset(self, obs) -> None:
-        self.runtime.reset()
         self.target_errors.clear()
         self.lifted.clear()
-        self._pending.clear()
-        position = obs.joint_state.position
-        self._hold = (position[:7].copy(), float(position[7]))
-        self.limiter.reset(position[:7])
+        self.selector.reset(obs.joint_state.position)
 
     def act(self, obs):
         from arm_act.sim.rollout import Command
@@ -61,12 +52,12 @@ class PolicyAgent:
         for o in obs.objects:
             if o.kind == "block" and o.position[2] > LIFTED_Z:
                 self.lifted.add(o.colour)
+        held_gripper = self.selector.held[1]  # the command before this tick's, for the video
+        arm, gripper = self.selector.select_action(obs.tick, obs.joint_state.position, obs.instruction,
+                                                   obs.images, need_attention=self.video is not None)
         if obs.images is not None:
-            pred = self.runtime.predict_chunk(obs.images, obs.joint_state.position, obs.instruction,
-                                              need_attention=self.video is not None)
-            self._pending.append((obs.tick + self.latency_ticks, obs.tick, pred.actions))
+            pred = self.selector.last_prediction
             self.chunks += 1
-            self.last_chunk = pred.actions
             truth = named_block_position(obs.objects, obs.instruction)
             if pred.target is not None and truth is not None:
                 self.target_errors.append(float(np.linalg.norm(pred.target - truth)))
@@ -76,16 +67,8 @@ class PolicyAgent:
                     marks = {name: self.project(name, pred.target[None])[0] for name in obs.images}
                 self.video.write(compose_frame(
                     obs.images, pred.attention, obs.instruction, f"chunk {self.chunks}",
-                    self._hold[1], float(obs.joint_state.position[7]), obs.time, marks=marks))
-        ready = [p for p in self._pending if p[0] <= obs.tick]
-        self._pending = [p for p in self._pending if p[0] > obs.tick]
-        for _, start, chunk in ready:
-            self.runtime.add_chunk(start, chunk)
-        action = self.runtime.action(obs.tick)
-        if action is not None:
-            self._hold = self.limiter(*action)
-        arm, gripper = self._hold
-        return Command(np.asarray(arm, dtype=np.float64), float(gripper))
+                    held_gripper, float(obs.joint_state.position[7]), obs.time, marks=marks))
+        return Command(arm, gripper)
 
     def partial_progress(self, instruction: str) -> dict:
         """Which blocks the arm lifted: the named one (the grasp part of the task worked) or

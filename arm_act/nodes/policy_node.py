@@ -29,6 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import ControllerNode
 from arm_act.policy.runtime import CommandLimiter, PolicyRuntime
+from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
 
 
@@ -49,9 +50,6 @@ class PolicyNode(ControllerNode):
         declare("wrist_topic", "camera/wrist/image_raw")
         p = lambda name: self.get_parameter(name).value  # noqa: E731
         self.stale_timeout_ns = int(float(p("stale_timeout")) * 1e9)
-        # Lockstep only: a chunk from the camera pair of tick c is used from tick c+latency_ticks,
-        # the latency model of `arm-act eval`, so both give the same episodes.
-        self.latency_ticks = int(p("latency_ticks"))
         if runtime is None:
             checkpoint = p("checkpoint") or str(default_checkpoint())
             runtime = PolicyRuntime.from_checkpoint(
@@ -63,15 +61,16 @@ class PolicyNode(ControllerNode):
         self.runtime = runtime
         self.cameras = tuple(runtime.config.cameras)
         self.image_size = runtime.config.image_size
-        self.limiter = CommandLimiter(float(p("max_joint_speed")), self.control_rate)
+        # Lockstep: a chunk from the camera pair of tick c is used from tick c+latency_ticks, the
+        # rule in-process evaluation uses (the same ActionSelector), so both give the same
+        # episodes. Realtime: a chunk is used as soon as its inference finishes.
+        self.selector = ActionSelector(runtime, int(p("latency_ticks")),
+                                       CommandLimiter(float(p("max_joint_speed")), self.control_rate))
         self.enabled = True
 
         self.images: dict[str, tuple[int, np.ndarray]] = {}  # camera -> (stamp ns, (H, W, 3))
         self.last_pair_ns = -1  # the newest camera pair handed to inference
         self._pair_ns: int | None = None  # the newest complete camera pair received
-        self.ready_chunks: dict[int, np.ndarray] = {}  # lockstep: start tick -> chunk
-        self.inflight_ticks: set[int] = set()
-        self.last_chunk_tick = -1
         self.chunk_count = 0
         self.target_guess = None  # the target head's last guess (3,) m, when the policy has one
         self.stats = {"inference_ms": float("nan"), "deadline_misses": 0, "ticks_without_chunk": 0,
@@ -161,10 +160,10 @@ class PolicyNode(ControllerNode):
         job = (info.episode, tick if tick is not None else info.tick_of(stamp_ns), stamp_ns,
                {c: self.images[c][1] for c in self.cameras}, self.joint_positions.copy(), self.instruction)
         try:
-            self._jobs.get_nowait()
+            self.selector.forget(self._jobs.get_nowait()[1])  # replaced before it ran: never comes
         except queue.Empty:
             pass
-        self.inflight_ticks.add(job[1])
+        self.selector.expect(job[1])
         self._jobs.put_nowait(job)
 
     # ------------------------------------------------------------ inference thread
@@ -182,22 +181,20 @@ class PolicyNode(ControllerNode):
                 with self.lock:
                     self.stats["inference_failures"] += 1
                     self.state = "inference_failed"
-                    self.inflight_ticks.discard(tick)
+                    self.selector.forget(tick)
                 self.get_logger().error(f"inference failed: {exc!r}; holding", throttle_duration_sec=5.0)
                 continue
             with self.lock:
-                self.inflight_ticks.discard(tick)
                 if self.episode is None or self.episode.episode != episode:
+                    self.selector.forget(tick)
                     continue  # a chunk for an episode that has ended
                 # Everything the worker spent on the pair (preprocessing included).
                 self.stats["inference_ms"] = (time.perf_counter() - started) * 1e3
                 self.chunk_count += 1
                 self.target_guess = pred.target
-                if self.mode == "realtime":
-                    self.runtime.add_chunk(tick, pred.actions)
-                    self.last_chunk_tick = tick
-                else:
-                    self.ready_chunks[tick] = pred.actions
+                # Realtime: usable from now on (inference has taken its real time); lockstep:
+                # from tick + latency_ticks.
+                self.selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None)
             self.chunk_pub.publish(conv.action_chunk_msg(stamp * 1e-9, pred.actions, 1.0 / self.control_rate))
             if pred.attention is not None:
                 self.attention_pub.publish(conv.attention_msg(pred.attention, self.cameras))
@@ -211,18 +208,14 @@ class PolicyNode(ControllerNode):
         if info.is_camera_tick(tick):
             if not all(c in self.images and self.images[c][0] == stamp_ns for c in self.cameras):
                 return False
-            if tick not in self.ready_chunks and tick not in self.inflight_ticks and stamp_ns > self._submitted_ns:
+            if not self.selector.is_known(tick) and stamp_ns > self._submitted_ns:
                 self._submitted_ns = stamp_ns
                 self._submit(stamp_ns, tick)
-        # Every chunk due by now (start + latency <= tick) must have been computed.
-        due = [t for t in self.inflight_ticks if t + self.latency_ticks <= tick]
-        return not due
+        # Every chunk usable by now must have been computed.
+        return not self.selector.awaiting(tick)
 
     def on_new_episode(self, info: conv.EpisodeInfo) -> None:
-        self.runtime.reset()
-        self.ready_chunks.clear()
-        self.last_chunk_tick = -1
-        self.limiter.reset(self.joint_positions[:7])
+        self.selector.reset(self.joint_positions)
         self.last_command = None
         self.get_logger().info(f"episode {info.episode}: {info.instruction}")
 
@@ -230,22 +223,20 @@ class PolicyNode(ControllerNode):
         if not self.enabled:
             self.state = "disabled"
             return None
-        if self.mode == "lockstep":
-            for start in sorted(t for t in self.ready_chunks if t + self.latency_ticks <= tick):
-                self.runtime.add_chunk(start, self.ready_chunks.pop(start))
-                self.last_chunk_tick = start
-        else:
+        selector = self.selector
+        if self.mode == "realtime":
             self._check_deadline()
             if self._stale(stamp_ns):
                 self.state = "stale"
-                return self.hold_command() if self.last_command is not None else None
-        action = self.runtime.action(tick)
-        if action is None:
+                return selector.held if selector.started else None
+        command = selector.command(tick)
+        if selector.holding:
             self.state = "waiting"
-            return self.hold_command() if self.last_command is not None else None
-        self.stats["ticks_without_chunk"] = max(0, tick - self.last_chunk_tick)
+            # Realtime publishes nothing before the first chunk; lockstep answers every tick.
+            return command if selector.started or self.mode == "lockstep" else None
+        self.stats["ticks_without_chunk"] = max(0, tick - selector.last_start_tick)
         self.state = "ok" if self.state != "inference_failed" or self.chunk_count else self.state
-        return self.limiter(*action)
+        return command
 
     def _stale(self, now_ns: int) -> bool:
         newest_image = min((self.images[c][0] for c in self.cameras if c in self.images), default=-1)

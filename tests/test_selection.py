@@ -1,0 +1,149 @@
+"""ActionSelector, the one door from chunks to commands (policy_node, in-process evaluation,
+takeover collection): the latency rule and the hold against a naive reference, the
+asynchronous parts policy_node uses, and select_action on a real (tiny) policy."""
+import numpy as np
+import pytest
+import torch
+
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, GRIPPER_RANGE, CommandLimiter, PolicyRuntime
+from arm_act.policy.selection import ActionSelector
+
+pytestmark = pytest.mark.unit
+
+K = 6
+POSE = np.array([0.0, -0.25, 0.0, -2.35, 0.0, 2.1, 0.785, 0.04, 0.04])  # (9,) the reset pose
+INSTRUCTION = "put the red block in the box"
+
+
+def _runtime(execution="ensemble", m=0.1):
+    torch.manual_seed(0)
+    config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=4, encoder_layers=1, chunk_size=K,
+                          dropout=0.0)
+    normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.1))
+    return PolicyRuntime(ACTPolicy(config), normalizer, execution=execution, m=m)
+
+
+def _chunks(n, seed=0):
+    """n chunks (K, 8) near the reset pose, well inside the joint limits."""
+    rng = np.random.default_rng(seed)
+    action = np.append(POSE[:7], 0.02)
+    return [action + rng.normal(scale=0.05, size=(K, 8)) for _ in range(n)]
+
+
+def _reference(chunks, starts, latency, execution, m, ticks, max_step):
+    """Naive: at tick t, the chunks computed at c <= t - latency; the ensemble is the
+    offline weighted average (oldest first, exp(-m i)) of those covering t, the queue the
+    newest one's row (its last past the end); nothing -> the previous command, else the
+    reset pose. Then clip to the limits and to the previous command +- max_step."""
+    commands, previous = [], None
+    held = (POSE[:7].copy(), float(POSE[7]))
+    for t in range(ticks):
+        usable = [(c, ch) for c, ch in zip(starts, chunks, strict=True) if c + latency <= t]
+        action = None
+        if execution == "ensemble":
+            rows = [ch[t - c] for c, ch in usable if c <= t < c + K]
+            if rows:
+                w = np.exp(-m * np.arange(len(rows)))
+                action = (w[:, None] * np.array(rows)).sum(0) / w.sum()
+        elif usable:
+            c, ch = max(usable, key=lambda item: item[0])
+            action = ch[min(t - c, K - 1)]
+        if action is not None:
+            arm = np.clip(action[:7], ARM_LOWER, ARM_UPPER)
+            base = POSE[:7] if previous is None else previous
+            arm = np.clip(arm, base - max_step, base + max_step)
+            previous = arm
+            held = (arm, float(np.clip(action[7], *GRIPPER_RANGE)))
+        commands.append(held)
+    return commands
+
+
+@pytest.mark.parametrize("execution", ["ensemble", "queue"])
+@pytest.mark.parametrize("latency", [0, 1, 3, 7])
+@pytest.mark.parametrize("every", [1, 5])
+def test_commands_follow_the_latency_rule_of_a_naive_reference(execution, latency, every):
+    ticks, speed, rate = 40, 1.0, 50.0
+    starts = list(range(0, ticks, every))
+    chunks = _chunks(len(starts))
+    selector = ActionSelector(_runtime(execution), latency, CommandLimiter(speed, rate))
+    selector.reset(POSE)
+    got = []
+    for t in range(ticks):
+        if t in starts:
+            selector.add_chunk(t, chunks[starts.index(t)])
+        got.append(selector.command(t))
+    expected = _reference(chunks, starts, latency, execution, 0.1, ticks, speed / rate)
+    for t, ((arm, gripper), (arm_ref, gripper_ref)) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_allclose(arm, arm_ref, rtol=0, atol=1e-12, err_msg=f"tick {t}")
+        assert gripper == pytest.approx(gripper_ref, abs=1e-12), f"tick {t}"
+    if latency:  # before the first usable chunk: the reset pose, as a hold
+        np.testing.assert_array_equal(got[0][0], POSE[:7])
+
+
+def test_hold_before_the_first_chunk_and_after_the_last():
+    selector = ActionSelector(_runtime("ensemble"), 2, CommandLimiter(3.0, 50.0))
+    selector.reset(POSE)
+    (chunk,) = _chunks(1)
+    selector.add_chunk(0, chunk)
+    arm, gripper = selector.command(1)  # computed at tick 0, usable from tick 2
+    assert selector.holding and not selector.started
+    np.testing.assert_array_equal(arm, POSE[:7])
+    assert gripper == POSE[7]
+    last = selector.command(K - 1)
+    assert not selector.holding and selector.started and selector.last_start_tick == 0
+    after = selector.command(K + 3)  # every chunk expired: hold the last command
+    assert selector.holding
+    np.testing.assert_array_equal(after[0], last[0])
+    assert after[1] == last[1]
+
+
+def test_asynchronous_parts_wait_for_due_chunks_only():
+    selector = ActionSelector(_runtime("ensemble"), 3, CommandLimiter(3.0, 50.0))
+    selector.reset(POSE)
+    selector.expect(0)
+    assert selector.is_known(0) and not selector.is_known(5)
+    assert not selector.awaiting(2)  # usable from tick 3: tick 2 need not wait for it
+    assert selector.awaiting(3)
+    first, second = _chunks(2)
+    selector.add_chunk(0, first)
+    assert not selector.awaiting(3) and selector.is_known(0)
+    selector.expect(5)
+    selector.forget(5)  # failed: never waited for
+    assert not selector.awaiting(100)
+    # realtime: a chunk submitted with its usable tick acts at once, whatever latency_ticks says
+    selector.add_chunk(4, second, usable_tick=4)
+    selector.command(4)
+    assert selector.last_start_tick == 4 and selector.started
+    # reset forgets the chunks but not inferences already under way
+    selector.add_chunk(6, second)
+    selector.expect(7)
+    selector.reset(POSE)
+    selector.command(20)
+    assert selector.holding and selector.last_start_tick == -1 and selector.awaiting(10)
+
+
+def test_select_action_infers_on_camera_ticks_and_limits_the_command():
+    runtime = _runtime("ensemble")
+    selector = ActionSelector(runtime, 0, CommandLimiter(3.0, 50.0))
+    selector.reset(POSE)
+    images = {c: np.full((32, 32, 3), 100, np.uint8) for c in ("front", "wrist")}
+    arm, gripper = selector.select_action(0, POSE, INSTRUCTION, images)
+    prediction = selector.last_prediction
+    assert prediction is not None and prediction.actions.shape == (K, 8)
+    limiter = CommandLimiter(3.0, 50.0)
+    limiter.reset(POSE[:7])
+    expected_arm, expected_gripper = limiter(prediction.actions[0, :7], prediction.actions[0, 7])
+    np.testing.assert_array_equal(arm, expected_arm)
+    assert gripper == expected_gripper
+    selector.select_action(1, POSE, INSTRUCTION, None)  # no images: no inference
+    assert selector.last_prediction is prediction
+
+
+def test_bad_use_is_an_error():
+    with pytest.raises(ValueError, match="latency_ticks=-1"):
+        ActionSelector(_runtime(), -1, CommandLimiter(3.0, 50.0))
+    with pytest.raises(RuntimeError, match="before reset"):
+        ActionSelector(_runtime(), 1, CommandLimiter(3.0, 50.0)).command(0)
