@@ -3,13 +3,18 @@ of the K commands that follow it (ACT's action chunking, Zhao et al. 2023, Sec. 
 
 Episodes are any objects with the attributes instruction (str), frame_ticks (F,) int,
 images (F, C, H, W, 3) uint8, frame_state (F, S) and commands (T, A) (e.g.
-arm_act.data.dataset.EpisodeArrays). The whole dataset is held in memory as uint8 images and
-float32 vectors; a batch is built by indexing, and augmentation works on the whole batch
-at once, so no Python loop touches pixels.
+arm_act.data.dataset.EpisodeArrays). Images stay where the episodes keep them: in memory,
+or memory-mapped from the training cache (np.memmap), so a dataset larger than memory
+trains; a batch gathers its B frames from them, and mapped pages are handed back to the
+OS (madvise MADV_DONTNEED) every PAGE_BUDGET bytes read, so the process's resident memory
+does not grow with the dataset. The per-frame vectors (joint state, commands, targets) are
+small and held in memory. Augmentation works on the whole batch at once, so no Python loop
+touches pixels.
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +30,18 @@ from arm_act.policy.vocab import InstructionTokenizer
 MAX_SHIFT = 2
 BRIGHTNESS = 0.1  # multiplicative jitter range, +-10 %
 CONTRAST = 0.1
+# Bytes of mapped images read between two hand-backs of their pages: the resident memory
+# that mapped images may take before it is released (the pages stay in the page cache).
+PAGE_BUDGET = 256 << 20
+
+
+def release_pages(array) -> None:
+    """Drop the pages of a memory-mapped array (np.memmap) from this process's resident set;
+    the next access reads them again from the page cache or the file. Other arrays: no-op.
+    np.memmap keeps its mapping in `_mmap` (numpy has no public handle for it)."""
+    mapping = getattr(array, "_mmap", None)
+    if isinstance(mapping, mmap.mmap) and hasattr(mapping, "madvise") and not mapping.closed:
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def validate_episode(episode, index: int, config: PolicyConfig) -> None:
@@ -148,8 +165,11 @@ class ChunkDataset:
         frames = [len(e.frame_ticks) for e in episodes]
         ticks = [len(e.commands) for e in episodes]
         self.n_episodes = len(episodes)
-        images = np.concatenate([e.images for e in episodes])
-        self.images = torch.from_numpy(images)  # (N, C, H, W, 3) uint8
+        # Per episode, not concatenated: concatenating would read every mapped image.
+        self.episode_images = [e.images for e in episodes]  # E x (F_e, C, H, W, 3) uint8
+        self.frame_shape = tuple(np.shape(episodes[0].images)[1:])  # (C, H, W, 3)
+        self._mapped = [i for i, im in enumerate(self.episode_images) if isinstance(im, np.memmap)]
+        self._read_since_release = 0
         state = np.concatenate([np.asarray(e.frame_state, np.float32) for e in episodes])
         self.state = torch.as_tensor(normalizer.normalize_state(state), dtype=torch.float32)
         commands = np.concatenate([np.asarray(e.commands, np.float32) for e in episodes])
@@ -159,6 +179,8 @@ class ChunkDataset:
         episode_of = np.repeat(np.arange(len(episodes)), frames)
         frame_ticks = np.concatenate([np.asarray(e.frame_ticks, np.int64) for e in episodes])
         self.episode_of = torch.from_numpy(episode_of)  # (N,)
+        first_frame = np.concatenate([[0], np.cumsum(frames)[:-1]])
+        self.frame_of = torch.from_numpy(np.arange(len(episode_of)) - first_frame[episode_of])  # (N,)
         self.action_start = torch.from_numpy(offsets[episode_of] + frame_ticks)  # (N,)
         self.action_end = torch.from_numpy((offsets + np.asarray(ticks))[episode_of])  # (N,)
         # Episodes with has_actions=False (grounding frames) train only the target head.
@@ -166,19 +188,43 @@ class ChunkDataset:
         self.has_actions = torch.from_numpy(has_actions[episode_of])  # (N,) bool
         # The named block's position per frame (auxiliary target; NaN where unknown).
         target = [np.asarray(getattr(e, "frame_target", np.full((n, 3), np.nan)), np.float32)
-                  for e, n in zip(episodes, frames)]
+                  for e, n in zip(episodes, frames, strict=True)]
         self.target = torch.from_numpy(np.concatenate(target))  # (N, 3) m
         # The named block's pixel in each camera (grounding frames; NaN where unknown).
         c = len(config.cameras)
         uv = [np.asarray(getattr(e, "target_uv", np.full((n, c, 2), np.nan)), np.float32)
-              for e, n in zip(episodes, frames)]
+              for e, n in zip(episodes, frames, strict=True)]
         self.target_patch = torch.from_numpy(target_patches(np.concatenate(uv), config))  # (N, C)
         tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
         ids, mask = tokenizer.encode_batch([e.instruction for e in episodes])
         self.instruction_ids, self.instruction_mask = ids, mask  # (E, L)
 
     def __len__(self) -> int:
-        return int(self.images.shape[0])
+        return int(self.episode_of.shape[0])
+
+    @property
+    def memory_mapped(self) -> bool:
+        """Whether any episode's images are memory-mapped (read from disk on demand)."""
+        return bool(self._mapped)
+
+    def gather_images(self, index: torch.Tensor) -> torch.Tensor:
+        """The uint8 frames `index` (B,) -> (B, C, H, W, 3), copied out of the episodes'
+        arrays (one copy per frame; the mappings are never read whole)."""
+        out = np.empty((len(index), *self.frame_shape), np.uint8)
+        for row, (episode, frame) in enumerate(zip(self.episode_of[index].tolist(),
+                                                    self.frame_of[index].tolist(), strict=True)):
+            out[row] = self.episode_images[episode][frame]
+        if self._mapped:
+            self._read_since_release += out.nbytes
+            if self._read_since_release >= PAGE_BUDGET:
+                self.release_pages()
+        return torch.from_numpy(out)
+
+    def release_pages(self) -> None:
+        """Hand the mapped images' pages back to the OS (resident memory stays bounded)."""
+        for i in self._mapped:
+            release_pages(self.episode_images[i])
+        self._read_since_release = 0
 
     @property
     def n_frames(self) -> int:
@@ -189,7 +235,7 @@ class ChunkDataset:
         """Samples `index` (B,) long as a batch dict (model.loss's keys). augment needs a
         generator (the only randomness drawn)."""
         index = torch.as_tensor(index, dtype=torch.long)
-        uint8 = self.images[index]  # (B, C, H, W, 3)
+        uint8 = self.gather_images(index)  # (B, C, H, W, 3)
         if augment:
             if generator is None:
                 raise ValueError("augment=True needs a torch.Generator")

@@ -24,6 +24,8 @@ from arm_act.data.dataset import DatasetError, extract_episode, find_bags, load_
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 
+pytestmark = pytest.mark.unit
+
 TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
             decoder_layers=1, chunk_size=10, mlp_ratio=2)
 
@@ -192,7 +194,7 @@ def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):
     bag = write_demo_bag(tmp_path / "data" / "ep", ticks=12)
     cache = tmp_path / "cache"
     first = load_dataset([tmp_path / "data"], cache, progress=False)
-    files = list(cache.glob("*.npz"))
+    files = list(cache.glob("*.episode"))
     assert len(files) == 1
 
     calls = []
@@ -210,7 +212,7 @@ def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):
     load_dataset([tmp_path / "data"], cache, progress=False)
     assert len(calls) == 1  # rebuilt after the change
 
-    files[0].write_bytes(b"garbage")  # a damaged cache file is rebuilt, not fatal
+    (files[0] / "images.npy").write_bytes(b"garbage")  # a damaged cache entry is rebuilt, not fatal
     load_dataset([tmp_path / "data"], cache, progress=False)
     assert len(calls) == 2
 

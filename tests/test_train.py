@@ -18,6 +18,8 @@ from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, TrainingError, lr_at, train
 
+pytestmark = pytest.mark.unit
+
 TINY = dict(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1,
             decoder_layers=1, chunk_size=5, mlp_ratio=2, cvae_layers=1, latent_dim=4)
 FAST = dict(batch_size=4, warmup_steps=2, val_every=3, checkpoint_every=3, log_every=1,
@@ -236,7 +238,7 @@ def test_arm_act_train_end_to_end(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 3 and metrics["train"]["seed"] == 1
     assert metrics["data"]["skipped_failed"] == 1 and metrics["data"]["episodes"] == 3
-    assert (out / "loss_curves.png").exists() and list((tmp_path / "runs" / ".cache").glob("*.npz"))
+    assert (out / "loss_curves.png").exists() and list((tmp_path / "runs" / ".cache").glob("*.episode"))
 
     # Another config on the same --out: one line, exit status 2, the checkpoint untouched.
     assert cli.main(argv + ["--config", "width=64"]) == 2

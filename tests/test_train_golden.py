@@ -22,8 +22,6 @@ from arm_act.cli import main as cli
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.train import TrainConfig, train
 
-pytestmark = pytest.mark.unit
-
 # From commit c14fd06 (before `--device`, DDP and memory-mapped caches).
 GOLDEN_IN_MEMORY = "01b33cc8a470bdd041a0e16430199d4b4a8a1ab7021ea2123f1345d61b69363a"
 GOLDEN_CLI = "f00e12c3a4a59b84fcf27200c33607862fe079576dee2a75e24cde86dee4ee97"
@@ -44,6 +42,7 @@ def _check(name: str, got: str, golden: str) -> None:
     assert got == golden, f"{name}: CPU training no longer gives the committed weights"
 
 
+@pytest.mark.unit
 def test_cpu_training_gives_the_golden_weights(tmp_path):
     # CVAE + target head + augmentation + dropout: every source of randomness is drawn.
     cfg = PolicyConfig(**TINY, use_cvae=True, target_weight=1.0)
@@ -51,6 +50,7 @@ def test_cpu_training_gives_the_golden_weights(tmp_path):
     _check("GOLDEN_IN_MEMORY", weights_hash(tmp_path / "ckpt"), GOLDEN_IN_MEMORY)
 
 
+@pytest.mark.e2e
 def test_arm_act_train_on_bags_gives_the_golden_weights(tmp_path):
     # Through the real command: bags -> decoded cache -> training; the second run reads
     # the cache it wrote and must train the same weights.

@@ -5,9 +5,12 @@ EpisodeArrays: the camera frames with the joint state at each frame, and the com
 agent sent at every control tick. Training pairs the frame of tick c with commands
 c .. c+K-1 (policy/data.py), the same indexing the runtime uses for a predicted chunk.
 
-Bags stay the source of truth: the decoded arrays of each bag are cached as one
-uncompressed .npz keyed by the bag's path and each file's size and mtime, so a bag that is
-re-recorded, repaired or touched is decoded again.
+Bags stay the source of truth: the decoded arrays of each bag are cached as a directory of
+one .npy per array (plus meta.json), keyed by the bag's path and each file's size and mtime,
+so a bag that is re-recorded, repaired or touched is decoded again. The cached images are
+opened memory-mapped (np.load(mmap_mode="r")): a dataset larger than memory trains, and a
+process's resident memory does not grow with the number of episodes (policy/data.py reads
+a batch's frames from the mappings and hands the pages back).
 
 Works on rosbags message objects (fields as in rclpy, arrays as numpy), so reading bags
 needs no rclpy.
@@ -19,6 +22,7 @@ import json
 import logging
 import math
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -393,47 +397,81 @@ def _fingerprint(bag: Path, cameras: Sequence[str]) -> str:
                        "cameras": list(cameras), "files": files}, sort_keys=True)
 
 
+CACHE_SUFFIX = ".episode"  # one directory per bag: meta.json + <array>.npy
+_ARRAY_FIELDS = ("frame_ticks", "images", "frame_state", "commands", "frame_target")
+# Opened memory-mapped; the others are small (a few KB per episode) and are read whole.
+_MAPPED_FIELDS = ("images",)
+_META_FILE = "meta.json"
+
+
 def cache_path(cache_dir: Path, bag: Path, cameras: Sequence[str]) -> Path:
     key = hashlib.sha256(f"{bag.resolve()}|{','.join(cameras)}".encode()).hexdigest()[:16]
-    return Path(cache_dir) / f"{bag.name}-{key}.npz"
-
-
-_ARRAY_FIELDS = ("frame_ticks", "images", "frame_state", "commands", "frame_target")
+    return Path(cache_dir) / f"{bag.name}-{key}{CACHE_SUFFIX}"
 
 
 def _save_cache(path: Path, episode: EpisodeArrays, fingerprint: str) -> None:
+    """Write the cache directory next to its final place and rename it in (the previous
+    one, if any, is moved aside first), so a reader sees a whole entry or none. A process
+    that still maps the old files keeps reading them (unlinked files stay valid)."""
     meta = {f.name: getattr(episode, f.name) for f in fields(EpisodeArrays)
             if f.name not in _ARRAY_FIELDS}
     meta["cameras"] = list(episode.cameras)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    old = path.with_name(f".{path.name}.{os.getpid()}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
     try:
-        with open(tmp, "wb") as f:
-            # Uncompressed: loading is a memory copy; images compress poorly anyway.
-            np.savez(f, fingerprint=np.array(fingerprint), meta=np.array(json.dumps(meta)),
-                     **{name: getattr(episode, name) for name in _ARRAY_FIELDS})
+        tmp.mkdir()
+        for name in _ARRAY_FIELDS:
+            # Plain .npy (uncompressed, C order): what np.load can map without a copy.
+            np.save(tmp / f"{name}.npy", np.ascontiguousarray(getattr(episode, name)),
+                    allow_pickle=False)
+        (tmp / _META_FILE).write_text(json.dumps({"fingerprint": fingerprint, "meta": meta}))
+        if path.exists():
+            os.replace(path, old)
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _load_cache(path: Path, fingerprint: str) -> EpisodeArrays | None:
-    """The cached episode, or None when absent, stale or unreadable."""
-    if not path.is_file():
+    """The cached episode (images memory-mapped, read-only), or None when absent, stale or
+    unreadable."""
+    if not (path / _META_FILE).is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if str(data["fingerprint"]) != fingerprint:
-                return None
-            meta = json.loads(str(data["meta"]))
-            arrays = {name: data[name] for name in _ARRAY_FIELDS}
+        body = json.loads((path / _META_FILE).read_text())
+        if body.get("fingerprint") != fingerprint:
+            return None
+        meta = body["meta"]
+        arrays = {name: np.load(path / f"{name}.npy", allow_pickle=False,
+                                mmap_mode="r" if name in _MAPPED_FIELDS else None)
+                  for name in _ARRAY_FIELDS}
+        n = len(arrays["frame_ticks"])
+        if any(len(arrays[name]) != n for name in ("images", "frame_state", "frame_target")):
+            raise ValueError("arrays of different lengths")
         meta["cameras"] = tuple(meta["cameras"])
         return EpisodeArrays(**meta, **arrays)
-    except Exception as exc:  # noqa: BLE001 - any damage to a cache file means: rebuild it
-        logger.warning("cache file %s is unreadable (%s: %s); rebuilding it", path,
+    except Exception as exc:  # noqa: BLE001 - any damage to a cache entry means: rebuild it
+        logger.warning("cache entry %s is unreadable (%s: %s); rebuilding it", path,
                        type(exc).__name__, exc)
         return None
+
+
+def _allow_open_files(needed: int) -> None:
+    """Each memory-mapped array keeps a file descriptor open (Python's mmap holds a
+    duplicate): raise the soft limit towards the hard one when the dataset needs more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed + 256  # headroom for the rest of the process
+    if soft == resource.RLIM_INFINITY or want <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and want > hard:
+        raise DatasetError(f"{needed} cached episodes need {want} open files, the limit is "
+                           f"{hard} (ulimit -Hn); raise it")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike,
@@ -452,6 +490,7 @@ def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike
                            f"{', '.join(str(d) for d in dirs)}")
     episodes: list[EpisodeArrays] = []
     cached = 0
+    _allow_open_files(len(bags))
     with progress_bar(len(bags), "reading bags", unit="bag", force=progress) as bar:
         for bag in bags:
             fingerprint = _fingerprint(bag, cameras)
@@ -475,7 +514,9 @@ def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike
                 try:
                     _save_cache(target, episode, fingerprint)
                 except OSError as exc:
-                    logger.warning("cannot write cache file %s: %s", target, exc)
+                    logger.warning("cannot write cache entry %s: %s", target, exc)
+                else:  # train from the mapped copy, so decoded images do not pile up in memory
+                    episode = _load_cache(target, fingerprint) or episode
             episodes.append(episode)
             bar.update(1)
     logger.info("%d bags read (%d from the cache in %s), %d skipped as incomplete",
