@@ -1,15 +1,35 @@
 """Shared fixtures. ROS tests run on a private rclpy.Context in their own DDS domain,
-restricted to localhost, so parallel runs never see each other."""
+restricted to localhost, so parallel runs never see each other.
+
+Test layers: every test carries exactly one of the markers `unit`, `ros` or `e2e`
+(registered in pyproject.toml); the collection fails otherwise, so `make test-fast`
+(`-m unit`) cannot silently skip a test that nobody classified."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import threading
 import time
 
 import pytest
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 _domain_ids = itertools.count(100 + (os.getpid() % 50) * 2)
+
+LAYERS = ("unit", "ros", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything: every collected test is checked
+def pytest_collection_modifyitems(config, items):
+    problems = []
+    for item in items:
+        layers = [name for name in LAYERS if item.get_closest_marker(name) is not None]
+        if len(layers) != 1:
+            problems.append(f"{item.nodeid}: {', '.join(layers) if layers else 'no layer marker'}")
+    if problems:
+        raise pytest.UsageError(
+            f"every test needs exactly one of the markers {', '.join(LAYERS)}:\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture
@@ -36,29 +56,25 @@ def spin_until(executor, condition, timeout: float, step: float = 0.05) -> bool:
     return condition()
 
 
-class spinning:
-    """Context manager: spin `executor` in a background thread (executor.spin() serves every
-    ready callback each round; spin_once from a loop can starve late subscriptions)."""
+@contextlib.contextmanager
+def spinning(executor):
+    """Spin `executor` in a background thread for the duration of the block (executor.spin()
+    serves every ready callback each round; spin_once from a loop can starve late
+    subscriptions)."""
 
-    def __init__(self, executor):
-        import threading
-
-        self.executor = executor
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-
-    def _spin(self):
+    def spin():
         try:
-            self.executor.spin()
-        except Exception:  # the context shut down under it at the end of the test
+            executor.spin()
+        except Exception:  # noqa: BLE001 - the context shuts down under it at the end of a test
             pass
 
-    def __enter__(self):
-        self.thread.start()
-        return self.executor
-
-    def __exit__(self, *exc):
-        self.executor.shutdown(timeout_sec=5.0)
-        self.thread.join(timeout=5.0)
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield executor
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        thread.join(timeout=5.0)
 
 
 def wait_for(condition, timeout: float, step: float = 0.02) -> bool:

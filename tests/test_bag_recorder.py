@@ -26,6 +26,8 @@ from arm_act.bags import BagError, bag_info, read_bag, repair
 from arm_act.nodes.bag_recorder import BagRecorder
 from tests.conftest import spin_until
 
+pytestmark = pytest.mark.ros
+
 ROOT = Path(__file__).resolve().parents[1]
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -66,7 +68,7 @@ def test_recorder_stamps_sim_time_and_records_offered_qos(ros_context, tmp_path)
             t = 10_000_000_000 + k * 20_000_000
             stamps.append(t)
             clock_pub.publish(Clock(clock=_stamp(t)))
-            assert spin_until(executor, lambda: recorder.get_clock().now().nanoseconds == t, timeout=10)
+            assert spin_until(executor, lambda t=t: recorder.get_clock().now().nanoseconds == t, timeout=10)
             count = recorder.writer.message_count
             joints_pub.publish(JointState(header=Header(stamp=_stamp(t)), name=["a"], position=[float(k)]))
             command_pub.publish(Float64MultiArray(data=[float(k)] * 7))
@@ -75,7 +77,8 @@ def test_recorder_stamps_sim_time_and_records_offered_qos(ros_context, tmp_path)
                 image_pub.publish(Image(header=Header(stamp=_stamp(t)), height=1, width=1, encoding="rgb8",
                                         step=3, data=[1, 2, 3]))
             expected = count + 3 + (k == 3)
-            assert spin_until(executor, lambda: recorder.writer.message_count >= expected, timeout=10)
+            assert spin_until(executor, lambda expected=expected: recorder.writer.message_count >= expected,
+                              timeout=10)
         episode_pub.publish(_episode("success"))
         assert spin_until(executor, lambda: recorder.episodes.get(0, {}).get("state") == "success", timeout=10)
         hashes = {t: source.get_publishers_info_by_topic(t)[0].topic_type_hash

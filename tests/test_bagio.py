@@ -30,6 +30,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 from arm_act import bags as bagio
 from arm_act.bags import BagError, BagWriter, TopicSpec, bag_info, read_bag, repair
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 JOINTS = [f"panda_joint{i}" for i in range(1, 8)] + ["panda_finger_joint1", "panda_finger_joint2"]
 
@@ -116,13 +118,13 @@ def test_round_trip_every_recorded_type(tmp_path, compression):
     with AnyReader([bag]) as reader:  # rosbags, independently of our reader
         got = [(c.topic, t, reader.deserialize(raw, c.msgtype)) for c, t, raw in reader.messages()]
     assert [(t, s) for t, s, _ in got] == [(t, s) for t, s, _ in written]
-    for (_, _, original), (_, _, decoded) in zip(written, got):
+    for (_, _, original), (_, _, decoded) in zip(written, got, strict=True):
         assert plain(decoded) == plain(original)
 
     with (bag / "bag.mcap").open("rb") as stream:  # the mcap library, with its summary
         mcap_messages = list(make_reader(stream).iter_messages())
     assert len(mcap_messages) == len(written)
-    for (_, _, original), (schema, channel, message) in zip(written, mcap_messages):
+    for (_, _, original), (schema, channel, message) in zip(written, mcap_messages, strict=True):
         assert schema.encoding == "ros2msg" and channel.message_encoding == "cdr"
         assert schema.name == bagio.ros_type_name(original)
         assert deserialize_message(message.data, type(original)) == original  # rclpy reads it too

@@ -38,6 +38,7 @@ def tiny_checkpoint(tmp_path_factory):
     return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", ACTPolicy(config), normalizer)
 
 
+@pytest.mark.e2e
 def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "bench.json"
     status = cli.main(["bench", "--quick", "--json", "--checkpoint", str(tiny_checkpoint),
@@ -66,6 +67,7 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     assert policy["tokens"] == 81 and policy["chunk_size"] == 10
 
 
+@pytest.mark.unit
 def test_table_output_and_no_ros(tiny_checkpoint, capsys):
     assert cli.main(["bench", "--quick", "--no-ros", "--backend", "torch",
                      "--checkpoint", str(tiny_checkpoint), "--threads", "1"]) == 0
@@ -73,11 +75,13 @@ def test_table_output_and_no_ros(tiny_checkpoint, capsys):
     assert "matmul peak" in text and "baseline / ours" in text and "over DDS" in text
 
 
+@pytest.mark.unit
 def test_bad_checkpoint_is_one_line_error(tmp_path, capsys):
     assert cli.main(["bench", "--quick", "--checkpoint", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_random_weights_when_nothing_is_shipped(tmp_path):
     policy = bench.load_policy(None, tmp_path / "no_checkpoint", tmp_path)
     assert policy.random_weights and "random weights" in policy.note
@@ -85,6 +89,7 @@ def test_random_weights_when_nothing_is_shipped(tmp_path):
     assert (policy.checkpoint / "model.safetensors").is_file()  # the node loads it too
 
 
+@pytest.mark.unit
 def test_loop_camera_rate():
     assert bench.loop_camera_rate(50) == 25
     assert bench.loop_camera_rate(60) == 15
@@ -100,6 +105,7 @@ class FakeProbe:
         self.clock_samples, self.inference_ms = [], []
 
 
+@pytest.mark.unit
 def test_analysis_counts_missing_ticks_and_latency():
     probe = FakeProbe()
     wall, sim = 10.0, 0

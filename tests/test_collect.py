@@ -12,6 +12,8 @@ import pytest
 from arm_act.bags import bag_info, live_topic_types, read_bag
 from arm_act.cli import main as cli
 
+pytestmark = pytest.mark.unit
+
 ARGS = ["--blocks", "2", "--seed", "3", "--json"]
 
 

@@ -7,6 +7,8 @@ from std_msgs.msg import Float64MultiArray, String
 
 from arm_act.ros import conversions as conv
 
+pytestmark = pytest.mark.unit
+
 
 def _image(rgb: np.ndarray, encoding: str, pad: int = 0) -> Image:
     if encoding == "rgb8":

@@ -14,6 +14,8 @@ import pytest
 from arm_act.bags import bag_info
 from arm_act.cli import main as cli
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,7 +73,8 @@ def test_eval_in_process_with_video_and_bags(pipeline, capsys):
     root, _, ckpt = pipeline
     capsys.readouterr()
     code = cli.main(["eval", "--policy", str(ckpt), "--episodes", "1", "--seed", "500", "--blocks", "2",
-                     "--json", "--latency-ticks", "1", "--time-limit", "2", "--video", str(root / "video"), "--bags", str(root / "bags"),
+                     "--json", "--latency-ticks", "1", "--time-limit", "2", "--video", str(root / "video"),
+                     "--bags", str(root / "bags"),
                      "--threads", "1"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
@@ -96,7 +99,8 @@ def test_eval_over_ros_agrees_with_in_process(pipeline, capsys):
         args = ["eval", "--policy", str(ckpt), "--episodes", "1", "--seed", "501", "--blocks", "2", "--json",
                 "--latency-ticks", "1", "--threads", "1", "--time-limit", "2"]
         assert cli.main(args + (["--over-ros"] if mode == "over-ros" else [])) == 0
-        outcomes[mode] = [(r["seed"], r["status"], r["duration"]) for r in json.loads(capsys.readouterr().out)["results"]]
+        results = json.loads(capsys.readouterr().out)["results"]
+        outcomes[mode] = [(r["seed"], r["status"], r["duration"]) for r in results]
     assert outcomes["in-process"] == outcomes["over-ros"]
 
 

@@ -12,6 +12,8 @@ from arm_act.sim.backend import quat_from_yaw, quat_multiply
 from arm_act.sim.expert import face_yaw, grasp_yaw, min_jerk
 from arm_act.sim.rollout import Command, ExpertAgent, Observation, run_episode, run_expert_episodes
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def env():
@@ -170,9 +172,9 @@ def test_expert_config_validation(kwargs):
         ExpertConfig(**kwargs)
 
 
-
-@pytest.mark.parametrize("tip", [(0, 0, 0, 1), (math.sqrt(0.5), 0, 0, math.sqrt(0.5)), (0, math.sqrt(0.5), 0, math.sqrt(0.5)),
-                                 (1, 0, 0, 0)], ids=["upright", "on_x_side", "on_y_side", "upside_down"])
+@pytest.mark.parametrize("tip", [(0, 0, 0, 1), (math.sqrt(0.5), 0, 0, math.sqrt(0.5)),
+                                 (0, math.sqrt(0.5), 0, math.sqrt(0.5)), (1, 0, 0, 0)],
+                         ids=["upright", "on_x_side", "on_y_side", "upside_down"])
 @pytest.mark.parametrize("yaw", [-0.7, 0.0, 0.4])
 def test_face_yaw_for_cube_on_any_face(tip, yaw):
     """A cube resting on any face (tipped about a local axis), then yawed: the grasp yaw is

@@ -14,6 +14,8 @@ from arm_act.policy.train import TrainConfig, TrainingError, train
 from arm_act.sim import ArmEnv, SimConfig
 from arm_act.sim.robot import HOME
 
+pytestmark = pytest.mark.unit
+
 TINY = dict(image_size=96, patch_size=16, width=32, heads=2, encoder_layers=1, decoder_layers=1,
             chunk_size=5, mlp_ratio=2)
 
@@ -60,12 +62,13 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
     assert 0 < sum(borrowed) < 4  # some borrowed the pose, some kept the start pose
     again = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
                                     cache_dir=tmp_path, progress=False)
-    assert all(np.array_equal(a.images, b.images) and a.instruction == b.instruction for a, b in zip(frames, again))
+    assert all(np.array_equal(a.images, b.images) and a.instruction == b.instruction
+               for a, b in zip(frames, again, strict=True))
     (cached,) = tmp_path.glob("grounding-*.npz")
     cached.write_bytes(b"damaged")
     rebuilt = render_grounding_frames(4, 1_000_000, SimConfig(), poses=BORROWED[None], borrowed=0.5,
                                       cache_dir=tmp_path, progress=False)
-    assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt))
+    assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt, strict=True))
 
 
 def test_demonstration_frames_get_the_pixels_of_the_named_block():

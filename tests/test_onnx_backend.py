@@ -15,6 +15,8 @@ from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.onnx_backend import OnnxPolicy, export_inputs, verified_onnx_policy
 from arm_act.policy.runtime import PolicyRuntime
 
+pytestmark = pytest.mark.unit
+
 INSTRUCTION = "put the red block in the box"
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +44,7 @@ def _setup_entry_points():
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values):
+            for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "console_scripts":
                     return {ast.literal_eval(v).split("=")[0].strip() for v in value.elts}
     raise AssertionError("no console_scripts in setup.py")

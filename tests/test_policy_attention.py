@@ -16,6 +16,8 @@ from arm_act.policy.blocks import DecoderLayer, EncoderLayer
 from arm_act.policy.budget import torch_threads
 from arm_act.policy.tokens import patchify, sinusoidal_1d, sinusoidal_2d
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

@@ -25,6 +25,8 @@ from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

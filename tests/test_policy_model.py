@@ -23,6 +23,8 @@ from arm_act.policy.model import (
 from arm_act.policy.tokens import images_to_tensor, stack_camera_images
 from arm_act.policy.vocab import COLOURS, PAD, UNK, InstructionTokenizer, build_vocab, default_vocab
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

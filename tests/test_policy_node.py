@@ -23,6 +23,8 @@ from arm_act.ros import conversions as conv
 from tests.conftest import spinning, wait_for
 from tests.lockstep_pair import run_lockstep_pair
 
+pytestmark = pytest.mark.ros
+
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
@@ -212,7 +214,8 @@ def test_realtime_pairs_a_camera_pair_with_the_joint_state_of_its_tick(ros_conte
     """sim_node publishes a tick's images before its joint state: the node waits for that
     joint state instead of inferring with the previous tick's (what lockstep and in-process
     evaluation do)."""
-    policy = PolicyNode(context=ros_context, parameter_overrides=_params(mode="realtime", checkpoint=str(tiny_checkpoint)))
+    policy = PolicyNode(context=ros_context,
+                        parameter_overrides=_params(mode="realtime", checkpoint=str(tiny_checkpoint)))
     submitted = []
     policy._submit = lambda stamp, tick=None: submitted.append((stamp, policy.joint_positions.copy()))
     try:

@@ -16,6 +16,8 @@ from arm_act.bags import BagWriter, live_topic_specs
 from arm_act.cli import main as cli
 from arm_act.eval.report import analyse_bag, jerk, segment_ids
 
+pytestmark = pytest.mark.unit
+
 START = 1_000_000_000  # ns; sim time of the first tick
 PERIOD = 20_000_000  # 50 Hz
 SKIPPED = (12, 33)  # ticks without an arm command: two 40 ms gaps

@@ -9,6 +9,8 @@ from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.runtime import ChunkQueue, PolicyRuntime, TemporalEnsembler, make_executor
 
+pytestmark = pytest.mark.unit
+
 K, A = 6, 3
 
 
@@ -24,12 +26,12 @@ def test_ensembler_equals_offline_weighted_average(m, every):
     starts = [i * every for i in range(len(chunks))]
     ensembler = TemporalEnsembler(m, K, A)
     for tick in range(starts[-1] + K):
-        for start, chunk in zip(starts, chunks):
+        for start, chunk in zip(starts, chunks, strict=True):
             if start == tick:
                 ensembler.add_chunk(start, chunk)
         got = ensembler.action(tick)
         # Offline: every chunk added so far that covers the tick, oldest first, w_i = exp(-m i).
-        rows = [c[tick - s] for s, c in zip(starts, chunks) if s <= tick < s + K]
+        rows = [c[tick - s] for s, c in zip(starts, chunks, strict=True) if s <= tick < s + K]
         weights = np.exp(-m * np.arange(len(rows)))
         expected = (weights[:, None] * np.array(rows)).sum(0) / weights.sum()
         np.testing.assert_allclose(got, expected, rtol=1e-12)

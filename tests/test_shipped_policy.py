@@ -12,6 +12,7 @@ SEED = 100003  # an evaluation seed: never used for training
 TIME_LIMIT = 3.0  # sim seconds: a short episode keeps the test quick
 
 
+@pytest.mark.unit
 def test_shipped_checkpoint_loads_and_fits_the_sim():
     from arm_act.sim import SimConfig
 
@@ -23,6 +24,7 @@ def test_shipped_checkpoint_loads_and_fits_the_sim():
     assert sum(p.numel() for p in model.parameters()) * 4 < 20e6  # the weights stay under 20 MB
 
 
+@pytest.mark.ros
 def test_shipped_policy_lockstep_episode_over_ros_matches_in_process(ros_context):
     ros, result, by_tick, trajectory = run_lockstep_pair(ros_context, default_checkpoint(), SEED, TIME_LIMIT)
     assert (result.status, result.duration) == (ros.state, pytest.approx(ros.time, abs=1e-9))

@@ -12,6 +12,8 @@ from arm_act.sim import COLOURS, JOINT_NAMES, ArmEnv, CameraConfig, SimConfig
 from arm_act.sim.config import default_cameras
 from arm_act.sim.task import BOX_WALL
 
+pytestmark = pytest.mark.unit
+
 CFG = SimConfig()
 
 
@@ -45,8 +47,8 @@ def test_same_seed_bit_identical(seed):
     finally:
         a.close()
         b.close()
-    assert all(np.array_equal(x, y) for x, y in zip(pa, pb))
-    for x, y in zip(fa, fb):
+    assert all(np.array_equal(x, y) for x, y in zip(pa, pb, strict=True))
+    for x, y in zip(fa, fb, strict=True):
         assert all(np.array_equal(x[name], y[name]) for name in x)
 
 

@@ -14,13 +14,16 @@ from arm_act.nodes.sim_node import SimNode
 from arm_act.ros import conversions as conv
 from tests.conftest import spin_until
 
+pytestmark = pytest.mark.ros
+
 
 def _params(**values):
     return [Parameter(k, value=v) for k, v in values.items()] + [Parameter("use_sim_time", value=True)]
 
 
 def _run_lockstep(context, episodes=1, seed=0, blocks="2-5"):
-    sim = SimNode(context=context, parameter_overrides=_params(mode="lockstep", episodes=episodes, seed=seed, blocks=blocks))
+    sim = SimNode(context=context, parameter_overrides=_params(mode="lockstep", episodes=episodes, seed=seed,
+                                                               blocks=blocks))
     expert = ExpertNode(context=context, parameter_overrides=_params(mode="lockstep"))
     probe = Node("probe", context=context)
     positions = []
