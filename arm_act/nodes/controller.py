@@ -18,7 +18,10 @@ import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock as RosClock
+from rclpy.clock import ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -26,8 +29,17 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
+from arm_act.nodes.guard import guarded, rejections
+from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, GRIPPER_RANGE
 from arm_act.ros import conversions as conv
 
+# Wall seconds between "waiting for ..." reports (log and diagnostics) while an input is missing.
+WAIT_REPORT_S = 3.0
+# Joint states further than this outside the Panda's limits are not a measurement (rad).
+JOINT_LIMIT_MARGIN = 0.25
+# Joint states stamped further ahead of this node's clock are rejected (s).
+MAX_FUTURE_S = 1.0
+MAX_INSTRUCTION_CHARS = 500
 TRANSIENT_LOCAL = QoSProfile(
     depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
 )
@@ -40,6 +52,9 @@ class ControllerNode(Node, ABC):
     # Whether the controller reads the ground-truth object markers (the expert does; a
     # policy must not, and skipping the 50 Hz MarkerArray conversions saves its CPU).
     uses_objects = False
+    # Where the node reports its state (DiagnosticArray on a wall-clock timer, so it also
+    # says what it waits for when no /clock comes); None: the subclass publishes its own.
+    diagnostics_topic: str | None = None
 
     def __init__(self, name: str, **kwargs):
         super().__init__(name, **kwargs)
@@ -64,6 +79,11 @@ class ControllerNode(Node, ABC):
         self._pending_ns: int | None = None
         self._active_episode: int | None = None
         self.commands_published = 0
+        self.rejected_commands = 0
+        self._due_ns: int | None = None  # realtime: a control tick waiting for its joint state
+        self._clock_ns = -1  # the newest /clock received
+        self.waiting: list[str] = []  # what the node still waits for (the last report)
+        rejections(self)
 
         self.arm_pub = self.create_publisher(Float64MultiArray, conv.ARM_COMMAND_TOPIC, 10)
         self.gripper_pub = self.create_publisher(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, 10)
@@ -87,42 +107,64 @@ class ControllerNode(Node, ABC):
                 self.create_subscription(Clock, "/clock", self.clock_tick_callback, 10, callback_group=group)
             else:
                 self.create_timer(1.0 / self.control_rate, self.control_timer_callback, callback_group=group)
+        elif self.get_parameter("use_sim_time").value:
+            self.create_subscription(Clock, "/clock", self._note_clock, 10)
+        self._steady = RosClock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(WAIT_REPORT_S, self.report_waiting, clock=self._steady)
+        self.diag_pub = None
+        if self.diagnostics_topic is not None:
+            self.diag_pub = self.create_publisher(DiagnosticArray, self.diagnostics_topic, 10)
+            self.create_timer(1.0, self.publish_controller_diagnostics, clock=self._steady)
 
     # ------------------------------------------------------------ observation input
+    @guarded("joint_states")
     def joint_state_callback(self, msg: JointState) -> None:
-        try:
-            positions = conv.joint_positions_from_msg(msg)
-        except conv.ConversionError as exc:
-            self.get_logger().warning(f"ignored joint_states: {exc}", throttle_duration_sec=2.0)
-            return
+        positions = conv.joint_positions_from_msg(msg)
+        arm = positions[:7]
+        outside = (arm < ARM_LOWER - JOINT_LIMIT_MARGIN) | (arm > ARM_UPPER + JOINT_LIMIT_MARGIN)
+        fingers = positions[7:]
+        if outside.any() or np.any(fingers < -0.01) or np.any(fingers > GRIPPER_RANGE[1] + 0.01):
+            raise conv.ConversionError(f"joint_states outside the Panda's joint limits: {positions.tolist()}")
         stamp = conv.stamp_to_ns(msg.header.stamp)
+        if self._clock_ns >= 0 and stamp > self._clock_ns + MAX_FUTURE_S * 1e9:
+            raise conv.ConversionError(f"joint_states stamped {stamp * 1e-9:.3f} s, more than {MAX_FUTURE_S:.0f} s "
+                                       f"ahead of /clock ({self._clock_ns * 1e-9:.3f} s)")
         with self.lock:
             self.joint_positions, self.joint_stamp_ns = positions, stamp
             if self.mode == "lockstep" and stamp > self._answered_ns:
                 self._pending_ns = stamp
+            due = self._due_ns
+            if due is not None and stamp >= due:
+                self._due_ns = None
+                self.control_timer_callback(due)
         self.try_lockstep_tick()
 
+    @guarded("task")
     def task_callback(self, msg: String) -> None:
+        instruction = self._checked_instruction(msg.data, "task")
         with self.lock:
-            self.instruction = msg.data
+            self.instruction = instruction
 
+    @staticmethod
+    def _checked_instruction(text: str, what: str) -> str:
+        text = text.strip()
+        if not text or len(text) > MAX_INSTRUCTION_CHARS or not text.isprintable():
+            raise conv.ConversionError(f"{what} is not an instruction (empty, over {MAX_INSTRUCTION_CHARS} "
+                                       f"characters or unprintable): {text[:80]!r}")
+        return text
+
+    @guarded("episode")
     def episode_callback(self, msg: String) -> None:
-        try:
-            info = conv.episode_from_msg(msg)
-        except conv.ConversionError as exc:
-            self.get_logger().warning(f"ignored episode message: {exc}")
-            return
+        info = conv.episode_from_msg(msg)
+        self._checked_instruction(info.instruction, "the episode's instruction")
         with self.lock:
             self.episode = info
-            self.instruction = info.instruction
+            self.instruction = info.instruction.strip()
         self.try_lockstep_tick()
 
+    @guarded("objects")
     def objects_callback(self, msg: MarkerArray) -> None:
-        try:
-            objects = conv.objects_from_msg(msg)
-        except conv.ConversionError as exc:
-            self.get_logger().warning(f"ignored objects: {exc}", throttle_duration_sec=2.0)
-            return
+        objects = conv.objects_from_msg(msg)
         with self.lock:
             self.objects = objects
             self.objects_stamp_ns = conv.stamp_to_ns(msg.markers[0].header.stamp) if msg.markers else -1
@@ -159,19 +201,38 @@ class ControllerNode(Node, ABC):
             self._answered_ns = stamp
             self._act(stamp, info, tick)
 
+    @guarded("/clock")
+    def _note_clock(self, msg: Clock) -> None:
+        self._clock_ns = conv.stamp_to_ns(msg.clock)
+
+    @guarded("/clock")
     def clock_tick_callback(self, msg: Clock) -> None:
         """One control tick per crossed multiple of the control period of sim time; ticks the
-        clock jumped over are counted as missed (their commands were never due on time)."""
-        now = conv.stamp_to_ns(msg.clock)
-        index = now * self.control_rate // 1_000_000_000
-        last = self._last_tick_index
-        if last is not None and index <= last:
-            return
-        if last is not None and index > last + 1:
-            self.missed_ticks += index - last - 1
-        self._last_tick_index = index
-        self.control_timer_callback(now)
+        clock jumped over are counted as missed (their commands were never due on time).
 
+        sim_node publishes /clock first and then the tick's observation, so the tick acts
+        once the joint state of that tick is here (joint_state_callback), or at the next
+        /clock at the latest: a command never leaves before its tick, nor a clock step late."""
+        now = conv.stamp_to_ns(msg.clock)
+        with self.lock:
+            self._clock_ns = now
+            due = self._due_ns
+            if due is not None:  # the last tick's joint state never came: act on what is here
+                self._due_ns = None
+                self.control_timer_callback(due)
+            index = now * self.control_rate // 1_000_000_000
+            last = self._last_tick_index
+            if last is not None and index <= last:
+                return
+            if last is not None and index > last + 1:
+                self.missed_ticks += index - last - 1
+            self._last_tick_index = index
+            if self.joint_stamp_ns >= now:
+                self.control_timer_callback(now)
+            else:
+                self._due_ns = now
+
+    @guarded("control tick")
     def control_timer_callback(self, now: int | None = None) -> None:
         if now is None:
             now = self.get_clock().now().nanoseconds
@@ -203,11 +264,83 @@ class ControllerNode(Node, ABC):
         return self.joint_positions[:7].copy(), float(self.joint_positions[7])
 
     def publish_command(self, arm: np.ndarray, gripper: float) -> None:
-        self.last_command = (np.asarray(arm, dtype=np.float64), float(gripper))
+        """Publish a command, the last line of defence: a non-finite command is never sent
+        (counted, warned about; the arm keeps the last one), an out-of-limit one is clamped
+        to the joint limits first (the sim would clamp it the same way) with a warning."""
+        arm = np.asarray(arm, dtype=np.float64)
+        gripper = float(gripper)
+        if arm.shape != (7,) or not np.all(np.isfinite(arm)) or not np.isfinite(gripper):
+            self.rejected_commands += 1
+            rejections(self).reject("own command", f"arm {arm.tolist()} gripper {gripper} is not 7 + 1 finite "
+                                                   "values; not published, holding the last command")
+            return
+        clamped = np.clip(arm, ARM_LOWER, ARM_UPPER)
+        clamped_gripper = float(np.clip(gripper, *GRIPPER_RANGE))
+        if np.any(clamped != arm) or clamped_gripper != gripper:
+            rejections(self).reject("own command limits", f"arm {arm.tolist()} gripper {gripper} outside the joint "
+                                                          "limits; clamped")
+        arm, gripper = clamped, clamped_gripper
+        self.last_command = (arm, gripper)
         # Gripper first: the sim counts an arm command as the end of the tick's pair in logs.
         self.gripper_pub.publish(conv.float_array_msg([gripper]))
         self.arm_pub.publish(conv.float_array_msg(arm))
         self.commands_published += 1
+
+    # ------------------------------------------------------------ what is missing
+    def waiting_for(self) -> list[str]:
+        """What the node needs and has not received (subclasses add their own inputs)."""
+        missing = []
+        sim_time = bool(self.get_parameter("use_sim_time").value)
+        if sim_time and self._clock_ns < 0:
+            missing.append(f"{self.resolve_topic_name('/clock')} (sim time: is sim_node running in this "
+                           "namespace and ROS domain?)")
+        if self.joint_positions is None:
+            missing.append(f"joint states on {self.resolve_topic_name('joint_states')}")
+        elif not sim_time and self.mode == "realtime":
+            offset = self.get_clock().now().nanoseconds - self.joint_stamp_ns
+            if abs(offset) > 5e9:
+                missing.append(f"a clock that agrees with joint_states: they are stamped {offset * 1e-9:.0f} s from "
+                               "this node's clock (use_sim_time is false; sim_node stamps sim time)")
+        if self.episode is None:
+            missing.append(f"an episode on {self.resolve_topic_name('episode')}")
+        elif self.instruction is None:
+            missing.append(f"an instruction on {self.resolve_topic_name('task')}")
+        if self.uses_objects and self.objects is None:
+            missing.append(f"object markers on {self.resolve_topic_name('objects')}")
+        return missing
+
+    def report_waiting(self) -> None:
+        """Every WAIT_REPORT_S wall seconds: log what is still missing (nothing when all is here)."""
+        with self.lock:
+            missing = self.waiting_for()
+        if missing and not self.waiting:
+            self.get_logger().warning("waiting for " + "; ".join(missing))
+        elif missing:
+            self.get_logger().info("still waiting for " + "; ".join(missing))
+        elif self.waiting:
+            self.get_logger().info("all inputs here: " + ", ".join(self.waiting) + " arrived")
+        self.waiting = missing
+
+    def diagnostic_values(self) -> dict[str, str]:
+        return {
+            "waiting_for": "; ".join(self.waiting) or "nothing",
+            "commands": str(self.commands_published),
+            "missed_ticks": str(self.missed_ticks),
+            "rejected_messages": str(rejections(self).total),
+            "rejected_commands": str(self.rejected_commands),
+        }
+
+    def publish_controller_diagnostics(self) -> None:
+        with self.lock:
+            self.waiting = self.waiting_for()
+            values = self.diagnostic_values()
+        level = DiagnosticStatus.WARN if self.waiting else DiagnosticStatus.OK
+        status = DiagnosticStatus(level=level, name=f"{self.get_name()}: control",
+                                  message=("waiting for " + "; ".join(self.waiting)) if self.waiting else "ok",
+                                  hardware_id="arm_act", values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
 
     # ------------------------------------------------------------ subclass hooks
     def on_new_episode(self, info: conv.EpisodeInfo) -> None:

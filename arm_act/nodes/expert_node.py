@@ -15,6 +15,7 @@ from arm_act.sim import ExpertConfig, ScriptedExpert
 
 class ExpertNode(ControllerNode):
     uses_objects = True
+    diagnostics_topic = "expert/diagnostics"
 
     def __init__(self, **kwargs):
         super().__init__("expert_node", **kwargs)

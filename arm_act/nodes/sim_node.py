@@ -21,6 +21,9 @@ import threading
 import time
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock as RosClock
+from rclpy.clock import ClockType
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -30,6 +33,7 @@ from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
+from arm_act.nodes.guard import guarded, rejections
 from arm_act.ros import conversions as conv
 from arm_act.sim import ArmEnv, SimConfig
 
@@ -39,6 +43,8 @@ CLOCK_START = 1.0
 TRANSIENT_LOCAL = QoSProfile(
     depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
 )
+# Wall seconds between "waiting for ..." log lines while the first episode cannot start.
+WAIT_REPORT_S = 3.0
 
 
 def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) -> SimConfig:
@@ -75,6 +81,13 @@ class SimNode(Node):
         # Start the first episode only once a controller publishes commands (so a policy
         # that takes seconds to load does not miss the start of the demo).
         self.declare_parameter("wait_for_controller", True)
+        # Start the first episode only once the bag recorder (a node of this name, in this
+        # namespace) is subscribed to every topic the sim publishes and to the commands, so
+        # a recording holds the whole first episode.
+        self.declare_parameter("wait_for_recorder", False)
+        self.declare_parameter("recorder_node", "bag_recorder")
+        # After the last of `episodes` (> 0) episodes the process exits 0 (launch files end on it).
+        self.declare_parameter("exit_when_done", True)
         param = lambda name: self.get_parameter(name).value  # noqa: E731
 
         self.mode = str(param("mode"))
@@ -117,6 +130,8 @@ class SimNode(Node):
         self.create_service(Trigger, "~/reset", self.reset_callback)
         self.create_service(Trigger, "~/pause", self.pause_callback)
         self.create_service(Trigger, "~/unpause", self.unpause_callback)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "sim/diagnostics", 10)
+        self.create_timer(1.0, self.publish_diagnostics, clock=RosClock(clock_type=ClockType.STEADY_TIME))
 
         self._lock = threading.Condition()
         self._arm_target: np.ndarray | None = None
@@ -126,6 +141,11 @@ class SimNode(Node):
         self._paused = False
         self._reset_requested = False
         self._stop = threading.Event()
+        # Set after the last episode when exit_when_done: node_main then ends the process (exit 0).
+        self.done = threading.Event()
+        self.state = "starting"
+        self.waiting: list[str] = []
+        rejections(self)
         self.failed = False
         self.sim_time = CLOCK_START
         self.episode_index = -1
@@ -143,23 +163,17 @@ class SimNode(Node):
         self._thread.start()
 
     # ------------------------------------------------------------ command input
+    @guarded("arm command (holding the last valid target)")
     def arm_command_callback(self, msg: Float64MultiArray) -> None:
-        try:
-            arm = conv.command_from_msg(msg, conv.ARM_JOINTS, "arm")
-        except conv.ConversionError as exc:
-            self.get_logger().warning(f"rejected arm command: {exc}; holding the last valid target")
-            return
+        arm = conv.command_from_msg(msg, conv.ARM_JOINTS, "arm")
         with self._lock:
             self._arm_target = arm
             self._arm_count += 1
             self._lock.notify_all()
 
+    @guarded("gripper command (holding the last valid target)")
     def gripper_command_callback(self, msg: Float64MultiArray) -> None:
-        try:
-            (opening,) = conv.command_from_msg(msg, 1, "gripper")
-        except conv.ConversionError as exc:
-            self.get_logger().warning(f"rejected gripper command: {exc}; holding the last valid target")
-            return
+        (opening,) = conv.command_from_msg(msg, 1, "gripper")
         with self._lock:
             self._gripper_target = float(opening)
             self._gripper_count += 1
@@ -187,24 +201,65 @@ class SimNode(Node):
         return response
 
     # ------------------------------------------------------------ the physics thread
-    def _wait_for_controller(self) -> None:
-        logged = False
-        while not self._stop.is_set() and self.count_publishers(conv.ARM_COMMAND_TOPIC) == 0:
-            if not logged:
-                self.get_logger().info(f"waiting for a controller publishing on {conv.ARM_COMMAND_TOPIC}")
-                logged = True
-            self._stop.wait(0.1)
+    def _missing_peers(self) -> list[str]:
+        """What the first episode waits for: a controller (wait_for_controller), the recorder
+        subscribed to everything (wait_for_recorder)."""
+        missing = []
+        if self.get_parameter("wait_for_controller").value and self.count_publishers(conv.ARM_COMMAND_TOPIC) == 0:
+            missing.append(f"a controller publishing on {self.resolve_topic_name(conv.ARM_COMMAND_TOPIC)} "
+                           "(policy_node or expert_node)")
+        if self.get_parameter("wait_for_recorder").value:
+            name = str(self.get_parameter("recorder_node").value)
+            namespace = self.get_namespace()
+            own = [self.clock_pub, self.joint_pub, self.task_pub, self.episode_pub, self.objects_pub,
+                   *self.image_pubs.values(), *self.info_pubs.values()]
+            topics = {pub.topic_name: pub for pub in own}
+            topics.update({self.resolve_topic_name(t): None for t in (conv.ARM_COMMAND_TOPIC,
+                                                                       conv.GRIPPER_COMMAND_TOPIC)})
+            unrecorded = []
+            for topic, pub in topics.items():
+                infos = self.get_subscriptions_info_by_topic(topic)
+                present = any(i.node_name == name and i.node_namespace == namespace for i in infos)
+                # Seen in the graph and matched by our writer (the graph is told a little earlier).
+                if not present or (pub is not None and pub.get_subscription_count() < len(infos)):
+                    unrecorded.append(topic)
+            if unrecorded:
+                missing.append(f"{name} recording {', '.join(sorted(unrecorded))} (wait_for_recorder)")
+        return missing
+
+    def _wait_for_peers(self) -> None:
+        """Before the first episode: wait for the controller and the recorder, saying what is
+        missing every WAIT_REPORT_S wall seconds."""
+        last_report = None
+        while not self._stop.is_set():
+            missing = self._missing_peers()
+            self.waiting = missing
+            if not missing:
+                if last_report is not None:
+                    self.get_logger().info("everything the first episode waits for is here")
+                return
+            now = time.monotonic()
+            if last_report is None or now - last_report >= WAIT_REPORT_S:
+                self.get_logger().info("waiting for " + "; ".join(missing))
+                last_report = now
+            self._stop.wait(0.05)
 
     def _run(self) -> None:
         try:
-            if self.get_parameter("wait_for_controller").value:
-                self._wait_for_controller()
+            self.state = "waiting"
+            self._wait_for_peers()
+            self.state = "running"
             while not self._stop.is_set() and self._start_next_episode():
                 self._run_episode()
-        except Exception as exc:  # the node must report and exit, not idle on with a dead loop
+            if not self._stop.is_set():
+                self.state = "done"
+                if self.schedule.episodes and self.get_parameter("exit_when_done").value:
+                    self.done.set()
+        except Exception as exc:  # noqa: BLE001 - the node must report and exit, not idle on with a dead loop
             if not self._stop.is_set():
                 self.get_logger().error(f"sim loop failed: {exc!r}")
                 self.failed = True
+                self.state = "failed"
                 self.context.try_shutdown()
 
     def _start_next_episode(self) -> bool:
@@ -222,6 +277,8 @@ class SimNode(Node):
             self._arm_target = None
             self._gripper_target = None
             self._reset_requested = False
+        # The clock first, so every node (the recorder too) receives the episode at its start time.
+        self.clock_pub.publish(conv.clock_msg(self.sim_time))
         self.task_pub.publish(conv.task_msg(self.env.instruction))
         self._publish_episode("running")
         self.get_logger().info(
@@ -330,9 +387,14 @@ class SimNode(Node):
             return not self._stop.is_set()
 
     def _publish_observation(self, step: int, resend: bool = False) -> None:
-        """Per control tick: images (on camera ticks), then objects, joint states and /clock
-        last, so a controller that sees the clock at t finds everything stamped t sent."""
+        """Per control tick: /clock first, then the images (on camera ticks), objects and
+        joint states stamped with it. Nothing is published before the clock reached its
+        stamp (a bag's receipt times never precede the messages' own stamps); a controller
+        acts on the tick once its joint state is here (ControllerNode.clock_tick_callback).
+        A camera tick may be rendered ahead, inside the slack before the tick; it is
+        published only at the tick."""
         t = self.sim_time
+        self.clock_pub.publish(conv.clock_msg(t))
         if step % self.steps_per_frame == 0:
             if self._prerendered is not None and self._prerendered[0] == step and not resend:
                 self._last_images = self._prerendered[1]
@@ -344,12 +406,27 @@ class SimNode(Node):
                 self.image_pubs[name].publish(conv.image_msg(t, rgb, name))
                 self.info_pubs[name].publish(conv.camera_info_msg(t, name, rgb.shape[1], rgb.shape[0], k))
         self.objects_pub.publish(conv.objects_msg(t, self.env.objects()))
-        self._publish_joint_state()
+        self._publish_joint_state(clock=False)
 
-    def _publish_joint_state(self) -> None:
+    def _publish_joint_state(self, clock: bool = True) -> None:
+        if clock:
+            self.clock_pub.publish(conv.clock_msg(self.sim_time))
         js = self.env.joint_state()
         self.joint_pub.publish(conv.joint_state_msg(self.sim_time, js.position, js.velocity, js.effort, js.names))
-        self.clock_pub.publish(conv.clock_msg(self.sim_time))
+
+    def publish_diagnostics(self) -> None:
+        """sim/diagnostics, every wall second: state, episode, what the first episode waits for."""
+        waiting = list(self.waiting) if self.state == "waiting" else []
+        values = {"state": self.state, "episode": str(self.episode_index), "sim_time": f"{self.sim_time:.3f}",
+                  "waiting_for": "; ".join(waiting) or "nothing", "paused": str(self._paused).lower(),
+                  "rejected_messages": str(rejections(self).total)}
+        level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
+        message = ("waiting for " + "; ".join(waiting)) if waiting else self.state
+        status = DiagnosticStatus(level=level, name=f"{self.get_name()}: sim", message=message, hardware_id="arm_act",
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = conv.to_stamp(self.sim_time)
+        self.diag_pub.publish(array)
 
     def _hold(self, seconds: float) -> None:
         """Realtime: keep the world running and publishing for `seconds` of sim time before
