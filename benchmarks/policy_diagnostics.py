@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_act.bags import bag_info  # noqa: E402
-from arm_act.data.dataset import find_bags, load_dataset  # noqa: E402
-from arm_act.sim.config import SimConfig  # noqa: E402
+from arm_act.bags import bag_info, find_bags
+from arm_act.data.dataset import load_dataset
+from arm_act.sim.config import SimConfig
 
 OPEN = 0.02  # m: a gripper command above this is "open" (GRIPPER_MAX is 0.04)
 
@@ -61,7 +61,8 @@ def labels(args) -> None:
     print(f"{len(episodes)} successful episodes, {frames} frames with the block held low over the box")
     print("chunk step | open | closed | past the end")
     for step in (10, 20, 30, 40):
-        print(f"{step:10d} | {counts[step, 'open']:4d} | {counts[step, 'closed']:6d} | {counts[step, 'past the end']:d}")
+        print(f"{step:10d} | {counts[step, 'open']:4d} | {counts[step, 'closed']:6d} | "
+              f"{counts[step, 'past the end']:d}")
 
 
 def probe(args) -> None:

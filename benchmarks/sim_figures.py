@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_act.sim import ArmEnv, SimConfig  # noqa: E402
-from arm_act.sim.rollout import ExpertAgent, run_episode  # noqa: E402
+from arm_act.sim import ArmEnv, SimConfig
+from arm_act.sim.rollout import ExpertAgent, run_episode
 
 
 def render_ms(config: SimConfig, renders: int, seed: int = 0) -> np.ndarray:

@@ -154,7 +154,7 @@ def verified_onnx_policy(model: ACTPolicy, threads: int, tolerance: float = DEFA
         diff = max_abs_difference(backend, model, generator)
     except ImportError as exc:
         return None, f"onnxruntime is not available ({exc})"
-    except Exception as exc:  # exporter and runtime raise many types; any of them means torch
+    except Exception as exc:  # noqa: BLE001 - exporter and runtime raise many types; any of them means torch
         return None, f"ONNX export or load failed: {exc!r}"
     finally:
         model.train(was_training)

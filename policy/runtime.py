@@ -176,7 +176,8 @@ class PolicyRuntime:
             self._instruction = instruction
         return self._ids, self._ids_mask
 
-    def preprocess(self, images: dict[str, np.ndarray], joint_position: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def preprocess(self, images: dict[str, np.ndarray],
+                   joint_position: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """{camera: (H, W, 3) uint8} + (9,) -> images (1, C, 3, H, W) in [0, 1], state (1, 9)."""
         size = self.config.image_size
         frames = []
@@ -185,7 +186,8 @@ class PolicyRuntime:
                 raise ValueError(f"missing camera {name!r}; got {sorted(images)}")
             rgb = images[name]
             if rgb.shape != (size, size, 3) or rgb.dtype != np.uint8:
-                raise ValueError(f"camera {name!r} image is {rgb.shape} {rgb.dtype}, expected ({size}, {size}, 3) uint8")
+                raise ValueError(f"camera {name!r} image is {rgb.shape} {rgb.dtype}, "
+                                 f"expected ({size}, {size}, 3) uint8")
             frames.append(rgb)
         stacked = torch.from_numpy(np.stack(frames))  # (C, H, W, 3) uint8, a fresh copy
         pixels = stacked.permute(0, 3, 1, 2).float().div_(255.0)[None]  # (1, C, 3, H, W)

@@ -121,14 +121,14 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
     ax = fig.add_subplot(1, panels, 1)
     if history["train"]:
         points = [(p["step"], p["l1"]) for p in history["train"]]
-        ax.plot(*zip(*points), lw=1, marker="." if len(points) < 50 else None, label="train L1")
+        ax.plot(*zip(*points, strict=True), lw=1, marker="." if len(points) < 50 else None, label="train L1")
     if history["val"]:
-        ax.plot(*zip(*[(p["step"], p["l1"]) for p in history["val"]]), "o-", lw=1.5, ms=3,
+        ax.plot(*zip(*[(p["step"], p["l1"]) for p in history["val"]], strict=True), "o-", lw=1.5, ms=3,
                 label="val L1 (as at inference)")
     kl = [(p["step"], p["kl"]) for p in history["train"] if p.get("kl") is not None]
     if kl:
         ax2 = ax.twinx()
-        ax2.plot(*zip(*kl), color="tab:gray", lw=0.8, label="train KL")
+        ax2.plot(*zip(*kl, strict=True), color="tab:gray", lw=0.8, label="train KL")
         ax2.set_ylabel("KL")
         ax2.legend(loc="upper center")
     ax.set_yscale("log")
@@ -143,7 +143,7 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
                   "grounding": "val grounding layouts (from the images alone)"}
         for part, style in (("train", "-"), ("val", "o-"), ("grounding", "s-")):
             if target[part]:
-                bx.plot(*zip(*target[part]), style, lw=1, ms=3, label=labels[part])
+                bx.plot(*zip(*target[part], strict=True), style, lw=1, ms=3, label=labels[part])
         bx.set_yscale("log")
         bx.set_xlabel("step")
         bx.set_ylabel("cm (mean |error| per coordinate)")
@@ -186,7 +186,7 @@ class _Snapshot:
     pos: int
 
 
-class _NonFinite(Exception):
+class _NonFiniteError(Exception):
     def __init__(self, step: int, values: Mapping[str, float]):
         super().__init__(step)
         self.step, self.values = step, dict(values)
@@ -273,7 +273,7 @@ class _Trainer:
                           "wall_time_s": self.wall_time})
 
     def train_step(self) -> dict[str, float]:
-        """One optimizer update; raises _NonFinite before touching the weights."""
+        """One optimizer update; raises _NonFiniteError before touching the weights."""
         tcfg = self.tcfg
         t0 = time.perf_counter()
         self.phase = "prepare"
@@ -285,13 +285,13 @@ class _Trainer:
         loss, parts = self.model.loss(batch, generator=self.generator)
         values = {k: float(v) for k, v in parts.items()}
         if not math.isfinite(float(loss.detach())):
-            raise _NonFinite(self.step, values)
+            raise _NonFiniteError(self.step, values)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), tcfg.grad_clip if tcfg.grad_clip > 0 else math.inf)
         if not math.isfinite(float(norm)):
-            raise _NonFinite(self.step, {**values, "grad_norm": float(norm)})
+            raise _NonFiniteError(self.step, {**values, "grad_norm": float(norm)})
         self.phase = "update"
         self.optimizer.step()
         self.step += 1
@@ -383,7 +383,8 @@ class _Trainer:
         return {
             "data": {"episodes": len(episodes), "frames": len(self.train_set) + val_frames,
                      "train_episodes": self.train_set.n_episodes - self.grounding_train,
-                     "grounding_frames": self.grounding_train + (len(self.ground_val_set) if self.ground_val_set else 0),
+                     "grounding_frames": self.grounding_train
+                     + (len(self.ground_val_set) if self.ground_val_set else 0),
                      "grounding_val_frames": len(self.ground_val_set) if self.ground_val_set else 0,
                      "val_episodes": self.val_set.n_episodes if self.val_set else 0,
                      "train_frames": len(self.train_set), "val_frames": val_frames,
@@ -510,7 +511,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)
         try:
             trainer.run(end, progress)
-        except _NonFinite as exc:
+        except _NonFiniteError as exc:
             kept = find_train_state(out)
             raise TrainingError(
                 f"non-finite {'gradient' if 'grad_norm' in exc.values else 'loss'} at step "

@@ -220,7 +220,7 @@ class Backend:
         return out
 
     def reset_joints(self, body: int, joints: Sequence[int], positions: Sequence[float]) -> None:
-        for j, q in zip(joints, positions):
+        for j, q in zip(joints, positions, strict=True):
             self.client.resetJointState(body, j, float(q), 0.0)
 
     def joint_states(self, body: int, joints: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,7 +260,7 @@ class Backend:
         pybullet's currentPositions argument is deliberately not used: with it the result
         was offset by ~5 cm in z for panda_grasptarget (measured), while seeding through
         resetJointState gives sub-millimetre results."""
-        ranges = [u - lo for lo, u in zip(lower, upper)]
+        ranges = [u - lo for lo, u in zip(lower, upper, strict=True)]
         q = self.client.calculateInverseKinematics(
             body, link, list(position), list(orientation), lowerLimits=list(lower),
             upperLimits=list(upper), jointRanges=ranges, restPoses=list(rest),

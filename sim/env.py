@@ -8,6 +8,7 @@ the same commands give bit-identical joint states and images.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
@@ -64,8 +65,7 @@ class ArmEnv:
                 if cam.link not in robot.links:
                     raise ValueError(f"camera {cam.name!r}: link {cam.link!r} is not a Panda link "
                                      f"({sorted(robot.links)})")
-                link = robot.links[cam.link]
-                pose = (lambda link=link: self._backend.link_pose(robot.body, link))
+                pose = functools.partial(self._backend.link_pose, robot.body, robot.links[cam.link])
             self._cameras[cam.name] = Camera(self._backend, cam, pose)
         self.seed, self.n_blocks, self.tick = seed, n_blocks, 0
         self._status = "running"

@@ -23,6 +23,7 @@ callback latency adds to both ends alike.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import threading
 import time
@@ -145,7 +146,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         clock = list(probe.clock_samples)
         inference = [ms for t, ms in probe.inference_ms if start <= t <= end]
     wall, sim = [], []
-    for (w0, s0, e0), (w1, s1, e1) in zip(commands, commands[1:]):
+    for (w0, s0, e0), (w1, s1, e1) in itertools.pairwise(commands):
         if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
             wall.append((w1 - w0) * 1e3)
             sim.append((s1 - s0) / 1e6)
@@ -274,7 +275,8 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             children = _InProcess(domain)
             children.start(sim_params, policy_params)
         else:
-            children.start("policy_node", "arm_act.nodes.policy_node", ros_args(policy_params, config_file("policy.yaml")), env)
+            children.start("policy_node", "arm_act.nodes.policy_node",
+                           ros_args(policy_params, config_file("policy.yaml")), env)
             children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not probe.commands:

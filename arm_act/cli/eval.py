@@ -85,7 +85,8 @@ def summarize(results: list[dict], extra: dict) -> dict:
         "successes": successes,
         "success_rate": successes / n if n else 0.0,
         "ci95": [round(low, 4), round(high, 4)],
-        "by_blocks": {str(k): {"episodes": len(v), "success_rate": sum(v) / len(v)} for k, v in sorted(by_blocks.items())},
+        "by_blocks": {str(k): {"episodes": len(v), "success_rate": sum(v) / len(v)}
+                      for k, v in sorted(by_blocks.items())},
         "statuses": {s: sum(1 for r in results if r["status"] == s) for s in ("success", "failure", "timeout")},
         "results": results,
     }
@@ -147,7 +148,8 @@ def _report(args, results, describe, started) -> int:
         print(text)
     else:
         low, high = summary["ci95"]
-        name = describe if isinstance(describe, str) else f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks)"
+        name = describe if isinstance(describe, str) else (
+            f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks)")
         print(f"{name}: {summary['successes']}/{summary['episodes']} success "
               f"({summary['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}) "
               f"in {summary['wall_time_s']:.0f} s")

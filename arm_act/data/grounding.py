@@ -94,7 +94,7 @@ def label_demo_pixels(episodes, sim_config) -> None:
         for e in episodes:
             target = np.asarray(e.frame_target, np.float64)
             uv = np.full((len(target), len(cameras), 2), np.nan, np.float32)
-            for i, (state, point) in enumerate(zip(np.asarray(e.frame_state, np.float64), target)):
+            for i, (state, point) in enumerate(zip(np.asarray(e.frame_state, np.float64), target, strict=True)):
                 if np.all(np.isfinite(point)):
                     env.set_joint_positions(state)
                     uv[i] = [pixel_of(env.camera(c), point) for c in cameras]

@@ -177,7 +177,7 @@ class PolicyNode(ControllerNode):
             try:
                 pred = self.runtime.predict_chunk(images, position, instruction,
                                                   need_attention=self.publish_attention)
-            except Exception as exc:  # any failure: hold and report, never crash the node
+            except Exception as exc:  # noqa: BLE001 - any failure: hold and report, never crash the node
                 with self.lock:
                     self.stats["inference_failures"] += 1
                     self.state = "inference_failed"

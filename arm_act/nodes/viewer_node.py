@@ -157,6 +157,6 @@ def open_view(video: Path | None):
     if video is None and os.environ.get("DISPLAY"):
         try:
             return WindowView()
-        except Exception as exc:  # no Tk, or the display refuses: the video still works
+        except Exception as exc:  # noqa: BLE001 - no Tk, or the display refuses: the video still works
             print(f"no window ({exc}); writing {DEFAULT_VIDEO} instead")
     return VideoView(video or DEFAULT_VIDEO)
