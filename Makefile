@@ -1,12 +1,16 @@
 # Two commands for a newcomer: `make run` (the demo) and `make test`.
 # Both create .venv on first use and install the pinned requirements; `make venv` does only that.
+# `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test.
+# `make test-fast` lints and runs only the tests marked `unit` (no rclpy/DDS, no long commands;
+# tests/conftest.py makes every test carry one of the markers unit, ros, e2e): a quick check
+# while editing, not a replacement for `make test`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # The stamp depends on the requirement files, so editing them reinstalls; otherwise nothing is redone.
 STAMP := $(VENV)/.arm_act-installed
 
-.PHONY: venv run test test-fast bench clean-venv
+.PHONY: venv run lint test test-fast bench clean-venv
 
 venv: $(STAMP)
 
@@ -19,8 +23,14 @@ $(STAMP): requirements.txt constraints.txt setup.py
 run: venv
 	$(VENV)/bin/arm-act demo
 
-test: venv
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: lint
 	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q tests
+
+test-fast: lint
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m unit tests
 
 bench: venv
 	$(VENV)/bin/arm-act bench
