@@ -92,7 +92,10 @@ def test_recorder_stamps_sim_time_and_records_offered_qos(ros_context, tmp_path)
     info = bag_info(bag)
     assert info.complete
     messages = list(read_bag(bag))
-    by_topic = lambda name: [(m.timestamp_ns, m.msg) for m in messages if m.topic == name]  # noqa: E731
+
+    def by_topic(name):
+        return [(m.timestamp_ns, m.msg) for m in messages if m.topic == name]
+
     assert [t for t, _ in by_topic("/joint_states")] == stamps  # sim time of receipt
     assert [t for t, _ in by_topic("/arm_controller/commands")] == stamps
     assert [m.data[0] for _, m in by_topic("/arm_controller/commands")] == [1.0, 2.0, 3.0, 4.0, 5.0]

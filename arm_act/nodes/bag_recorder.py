@@ -85,7 +85,9 @@ class BagRecorder(Node):
         self.declare_parameter("compression", "")
         self.declare_parameter("flush_interval", 1.0)
         self.declare_parameter("discovery_interval", 0.5)
-        param = lambda name: self.get_parameter(name).value  # noqa: E731
+
+        def param(name):
+            return self.get_parameter(name).value
 
         compression = str(param("compression")) or None
         if compression not in COMPRESSIONS:
