@@ -1,4 +1,4 @@
-"""policy_node: the trained transformer policy as a ROS 2 controller.
+"""policy_node: the trained transformer policy as a managed (lifecycle) ROS 2 controller.
 
 Keeps the latest observation (both cameras, joint states, task, episode), runs inference on
 a worker thread for each new camera pair, and publishes arm/gripper commands from the chunk
@@ -6,12 +6,32 @@ executor (temporal ensembling or queue) at the control rate on sim time. The con
 (driven by /clock, see ControllerNode) never waits for inference: it only reads the chunks
 the worker has finished (docs/architecture.md, "Threading").
 
+Lifecycle (rclpy.lifecycle; `ros2 lifecycle set /policy_node <transition>` or the
+lifecycle_msgs services under policy_node/):
+  unconfigured --configure--> inactive: loads the checkpoint and checks it against the node's
+      cameras; a bad checkpoint fails the transition with the reason in the log and in
+      policy/diagnostics (`last_error`), and the node stays alive, unconfigured.
+  inactive --activate--> active: commands from the next control tick on, starting from the
+      measured pose (the chunk executor starts empty).
+  active --deactivate--> inactive: the arm holds where it is (every control tick commands
+      the pose measured at the deactivation).
+  inactive --cleanup--> unconfigured: the model, its worker thread and its chunks are released.
+With `autostart` (default true) the node configures and activates itself, so `ros2 run
+arm_act policy_node` just works; launch files drive the transitions themselves with
+autostart:=false.
+
+Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
+max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads
+and latency_ticks are read at configure (set them while unconfigured).
+
 Safety: observations older than `stale_timeout` (sim seconds) or a failed inference make the
 node hold the last command and say so in policy/diagnostics; it resumes with fresh data.
-Every command is clamped to the joint limits and a maximum joint speed.
+Every command is clamped to the joint limits and a maximum joint speed; a message the node
+cannot use (any input) is rejected with a throttled warning naming it (arm_act.nodes.guard).
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -20,6 +40,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray
@@ -27,13 +49,39 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from arm_act.common.paths import default_checkpoint
-from arm_act.nodes.controller import ControllerNode
-from arm_act.policy.runtime import CommandLimiter, PolicyRuntime
+from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
+from arm_act.nodes.guard import guarded, rejections
+from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
 
+EXECUTIONS = ("ensemble", "queue")
+# Parameters applied to the running policy by the on-set-parameters callback.
+LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
+# Parameters read at configure: they may change only while unconfigured.
+CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "latency_ticks", "publish_attention")
+# Fixed when the node is created.
+FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart")
+MAX_IMAGE_PIXELS = 4096 * 4096
 
-class PolicyNode(ControllerNode):
+
+def check_live_value(name: str, value) -> str | None:
+    """The reason a value of a live parameter is refused, or None when it is fine."""
+    if name == "execution":
+        return None if value in EXECUTIONS else f"execution must be one of {list(EXECUTIONS)}, not {value!r}"
+    if name == "ensemble_m":
+        ok = isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 10.0
+        return None if ok else f"ensemble_m must be a finite number in 0 .. 10, not {value!r}"
+    if name == "stale_timeout":
+        ok = isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 60.0
+        return None if ok else f"stale_timeout must be in (0, 60] sim seconds, not {value!r}"
+    if name == "max_joint_speed":
+        ok = isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 10.0
+        return None if ok else f"max_joint_speed must be in (0, 10] rad/s, not {value!r}"
+    return None
+
+
+class PolicyNode(ControllerNode, LifecycleNode):
     def __init__(self, runtime: PolicyRuntime | None = None, **kwargs):
         super().__init__("policy_node", **kwargs)
         declare = self.declare_parameter
@@ -48,25 +96,22 @@ class PolicyNode(ControllerNode):
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
+        # Configure and activate at start-up (`ros2 run`); launch files set it false and drive
+        # the transitions (launch_ros LifecycleNode + ChangeState).
+        declare("autostart", True)
+        for name in LIVE_PARAMETERS:
+            reason = check_live_value(name, self.get_parameter(name).value)
+            if reason:
+                raise ValueError(reason)
         p = lambda name: self.get_parameter(name).value  # noqa: E731
         self.stale_timeout_ns = int(float(p("stale_timeout")) * 1e9)
-        if runtime is None:
-            checkpoint = p("checkpoint") or str(default_checkpoint())
-            runtime = PolicyRuntime.from_checkpoint(
-                Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
-                threads=int(p("torch_threads")), backend=str(p("backend")),
-            )
-            self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
-                                   f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
-        self.runtime = runtime
-        self.cameras = tuple(runtime.config.cameras)
-        self.image_size = runtime.config.image_size
-        # Lockstep: a chunk from the camera pair of tick c is used from tick c+latency_ticks, the
-        # rule in-process evaluation uses (the same ActionSelector), so both give the same
-        # episodes. Realtime: a chunk is used as soon as its inference finishes.
-        self.selector = ActionSelector(runtime, int(p("latency_ticks")),
-                                       CommandLimiter(float(p("max_joint_speed")), self.control_rate))
+        self._given_runtime = runtime
+        self.runtime: PolicyRuntime | None = None
+        self.selector: ActionSelector | None = None
+        self.lifecycle_state = "unconfigured"
+        self.last_error = ""
         self.enabled = True
+        self.hold_pose: tuple[np.ndarray, float] | None = None  # inactive: the pose the arm holds
 
         self.images: dict[str, tuple[int, np.ndarray]] = {}  # camera -> (stamp ns, (H, W, 3))
         self.last_pair_ns = -1  # the newest camera pair handed to inference
@@ -75,44 +120,189 @@ class PolicyNode(ControllerNode):
         self.target_guess = None  # the target head's last guess (3,) m, when the policy has one
         self.stats = {"inference_ms": float("nan"), "deadline_misses": 0, "ticks_without_chunk": 0,
                       "inference_failures": 0, "rejected_images": 0}
-        self.state = "waiting"
+        self.state = "unconfigured"
         self._last_tick_wall: float | None = None
         self._submitted_ns = -1
 
-        topics = {"front": str(p("front_topic")), "wrist": str(p("wrist_topic"))}
-        for camera in self.cameras:
-            topic = topics.get(camera, f"camera/{camera}/image_raw")
+        # The cameras are the shipped policy's (front, wrist); configure checks that the
+        # checkpoint wants exactly these.
+        self.camera_topics = {"front": str(p("front_topic")), "wrist": str(p("wrist_topic"))}
+        self.cameras = tuple(self.camera_topics)
+        self.image_size = None
+        for camera, topic in self.camera_topics.items():
             self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg),
                                      qos_profile_sensor_data)
         self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
         # For viewers: the mean cross-attention of the action queries over each camera's
         # patches (Float32MultiArray, dims camera x row x col), one per chunk.
         self.publish_attention = bool(p("publish_attention"))
-        if self.publish_attention and getattr(runtime, "backend", "torch") != "torch":
-            self.get_logger().warning("publish_attention runs every inference on torch (the exported "
-                                      "graph has no attention output); set it false to use the "
-                                      f"{runtime.backend} backend")
         self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
         self.create_service(Trigger, "~/enable", self.enable_callback)
         self.create_service(Trigger, "~/disable", self.disable_callback)
-        self.create_timer(0.5, self.publish_diagnostics)
+        # Wall clock: diagnostics also go out (and say what is missing) when no /clock comes.
+        self.create_timer(0.5, self.publish_diagnostics, clock=self._steady)
 
         self._jobs: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        if p("autostart"):
+            if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+                self.trigger_activate()
+
+    # ------------------------------------------------------------ lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = lambda name: self.get_parameter(name).value  # noqa: E731
+        try:
+            runtime = self._given_runtime
+            if runtime is None:
+                checkpoint = p("checkpoint") or str(default_checkpoint())
+                if p("backend") not in BACKENDS:
+                    raise ValueError(f"backend={p('backend')!r} must be one of {list(BACKENDS)}")
+                runtime = PolicyRuntime.from_checkpoint(
+                    Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
+                    threads=int(p("torch_threads")), backend=str(p("backend")),
+                )
+                self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
+                                       f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
+            cameras = tuple(runtime.config.cameras)
+            if set(cameras) != set(self.camera_topics):
+                raise ValueError(f"the checkpoint's cameras {list(cameras)} are not this node's "
+                                 f"{list(self.camera_topics)}")
+            # Lockstep: a chunk from the camera pair of tick c is used from tick c+latency_ticks,
+            # the rule in-process evaluation uses (the same ActionSelector), so both give the
+            # same episodes. Realtime: a chunk is used as soon as its inference finishes.
+            selector = ActionSelector(runtime, int(p("latency_ticks")),
+                                      CommandLimiter(float(p("max_joint_speed")), self.control_rate))
+        except Exception as exc:  # noqa: BLE001 - any reason a checkpoint cannot be used fails the transition
+            self.last_error = f"configure failed: {type(exc).__name__}: {exc}"
+            self.get_logger().error(f"{self.last_error}; staying unconfigured")
+            return TransitionCallbackReturn.FAILURE
+        self.publish_attention = bool(p("publish_attention"))
+        if self.publish_attention and getattr(runtime, "backend", "torch") != "torch":
+            self.get_logger().warning("publish_attention runs every inference on torch (the exported "
+                                      "graph has no attention output); set it false to use the "
+                                      f"{runtime.backend} backend")
+        with self.lock:
+            self.runtime, self.selector = runtime, selector
+            self.cameras = cameras
+            self.image_size = runtime.config.image_size
+            self.last_error = ""
+            self.lifecycle_state = self.state = "inactive"
+            self._active_episode = None
+        self._stop = threading.Event()  # per worker: one that outlived a cleanup stays stopped
         self._worker = threading.Thread(target=self._inference_loop, name="inference", daemon=True)
         self._worker.start()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self.lifecycle_state = self.state = "active"
+            self.hold_pose = None
+            self._active_episode = None  # the next tick starts afresh from the measured pose
+        self.get_logger().info("active: commanding the arm")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self.lifecycle_state = self.state = "inactive"
+            q = self.joint_positions
+            self.hold_pose = None if q is None else (q[:7].copy(), float(q[7]))
+            self.last_command = self.hold_pose
+        self.get_logger().info("inactive: the arm holds where it is")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_worker()
+        with self.lock:
+            self.runtime = self.selector = None
+            self.hold_pose = None
+            self.lifecycle_state = self.state = "unconfigured"
+            self._drain_jobs()
+        self.get_logger().info("unconfigured: the model is released")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.on_cleanup(state)
+        self.lifecycle_state = self.state = "finalized"
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.on_cleanup(state)
+        return TransitionCallbackReturn.SUCCESS
+
+    def _stop_worker(self) -> None:
+        self._stop.set()
+        worker, self._worker = self._worker, None
+        if worker is not None and worker.is_alive() and threading.current_thread() is not worker:
+            worker.join(timeout=10.0)
+
+    def _drain_jobs(self) -> None:
+        try:
+            while True:
+                self._jobs.get_nowait()
+        except queue.Empty:
+            pass
+
+    # ------------------------------------------------------------ live parameters
+    def _on_set_parameters(self, parameters) -> SetParametersResult:
+        """Validate and apply `ros2 param set`: live parameters take effect now, configure-time
+        ones only while unconfigured, fixed ones never; the reason comes back to the caller."""
+        for param in parameters:
+            name, value = param.name, param.value
+            if name in FIXED_PARAMETERS:
+                return SetParametersResult(successful=False,
+                                           reason=f"{name} is fixed when the node starts; restart it to change it")
+            if name in CONFIGURE_PARAMETERS and self.lifecycle_state != "unconfigured":
+                return SetParametersResult(successful=False, reason=(
+                    f"{name} is read at configure: deactivate and clean up the node first "
+                    f"(it is {self.lifecycle_state})"))
+            if name == "torch_threads" and not (isinstance(value, int) and value >= 1):
+                return SetParametersResult(successful=False, reason=f"torch_threads must be >= 1, not {value!r}")
+            if name == "latency_ticks" and not (isinstance(value, int) and 0 <= value <= 50):
+                return SetParametersResult(successful=False, reason=f"latency_ticks must be in 0 .. 50, not {value!r}")
+            if name == "backend" and value not in BACKENDS:
+                return SetParametersResult(successful=False, reason=f"backend must be one of {list(BACKENDS)}")
+            reason = check_live_value(name, value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        with self.lock:
+            values = {p.name: p.value for p in parameters}
+            execution = values.get("execution", self.get_parameter("execution").value)
+            m = values.get("ensemble_m", self.get_parameter("ensemble_m").value)
+            if self.runtime is not None and ("execution" in values or "ensemble_m" in values):
+                # A fresh chunk executor: the chunks of the old one are dropped, the selector
+                # holds the last command until the next camera pair's chunk.
+                self.runtime.executor = make_executor(execution, self.runtime.config, m)
+                self.runtime.execution = execution
+            if "stale_timeout" in values:
+                self.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
+            if "max_joint_speed" in values and self.selector is not None:
+                self.selector.limiter.max_step = values["max_joint_speed"] / self.control_rate
+        for name in values:
+            if name in LIVE_PARAMETERS:
+                self.get_logger().info(f"{name} = {values[name]!r} from now on")
+        return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------ inputs
+    @guarded("{0} image")
     def image_callback(self, camera: str, msg: Image) -> None:
         try:
+            expected = conv.optical_frame(camera)
+            if msg.header.frame_id not in ("", expected):
+                raise conv.ConversionError(f"frame_id {msg.header.frame_id[:80]!r}, expected {expected!r} or empty")
+            if int(msg.height) * int(msg.width) > MAX_IMAGE_PIXELS:
+                raise conv.ConversionError(f"image is {msg.width}x{msg.height}, over {MAX_IMAGE_PIXELS} pixels")
+            stamp = conv.stamp_to_ns(msg.header.stamp)
+            if self._clock_ns >= 0 and stamp > self._clock_ns + MAX_FUTURE_S * 1e9:
+                raise conv.ConversionError(f"stamped {stamp * 1e-9:.3f} s, more than {MAX_FUTURE_S:.0f} s ahead of "
+                                           f"/clock ({self._clock_ns * 1e-9:.3f} s)")
             rgb = conv.image_from_msg(msg)
             rgb = self._fit_size(rgb)
-        except conv.ConversionError as exc:
+        except conv.ConversionError:
             self.stats["rejected_images"] += 1
-            self.get_logger().warning(f"rejected {camera} image: {exc}", throttle_duration_sec=5.0)
-            return
-        stamp = conv.stamp_to_ns(msg.header.stamp)
+            raise
         with self.lock:
             self.images[camera] = (stamp, rgb)
             stamps = {self.images[c][0] for c in self.cameras if c in self.images}
@@ -129,10 +319,9 @@ class PolicyNode(ControllerNode):
 
     def _submit_realtime(self) -> None:
         """Realtime: infer on the newest complete camera pair once the joint state of its
-        tick (or a later one) is here too (lock held). sim_node publishes a tick's images
-        before its joint state, so submitting on the images alone would pair them with the
-        previous tick's joints: in-process evaluation and lockstep never do that, and
-        measured live it cost grasps (docs/architecture.md, "Threading")."""
+        tick (or a later one) is here too (lock held). Submitting on the images alone could
+        pair them with the previous tick's joints: in-process evaluation and lockstep never do
+        that, and measured live it cost grasps (docs/architecture.md, "Threading")."""
         pair = self._pair_ns
         if self.mode != "realtime" or pair is None or pair <= self.last_pair_ns or self.joint_stamp_ns < pair:
             return
@@ -142,18 +331,23 @@ class PolicyNode(ControllerNode):
         self._submit(pair)
 
     def _fit_size(self, rgb: np.ndarray) -> np.ndarray:
+        size = self.image_size or rgb.shape[0]
         h, w = rgb.shape[:2]
-        if (h, w) == (self.image_size, self.image_size):
+        if (h, w) == (size, size):
             return rgb
         if abs(h / w - 1.0) > 0.01:
             raise conv.ConversionError(f"image is {w}x{h}; the policy needs square images")
-        return cv2.resize(np.ascontiguousarray(rgb), (self.image_size, self.image_size), interpolation=cv2.INTER_AREA)
+        return cv2.resize(np.ascontiguousarray(rgb), (size, size), interpolation=cv2.INTER_AREA)
 
     def _submit(self, stamp_ns: int, tick: int | None = None) -> None:
         """Hand the camera pair of `stamp_ns` to the worker (lock held). The queue holds
         one job: a newer pair replaces a pair still waiting (realtime never queues up)."""
+        if self.selector is None or self.lifecycle_state != "active":
+            return
         if self.joint_positions is None or self.episode is None or self.instruction is None:
             return
+        if any(self.images[c][1].shape[0] != self.image_size for c in self.cameras):
+            return  # received before configure knew the policy's image size
         info = self.episode_for(stamp_ns)
         if info is None:
             return
@@ -168,25 +362,29 @@ class PolicyNode(ControllerNode):
 
     # ------------------------------------------------------------ inference thread
     def _inference_loop(self) -> None:
-        while not self._stop.is_set():
+        runtime, stop = self.runtime, self._stop
+        while not stop.is_set():
             try:
                 episode, tick, stamp, images, position, instruction = self._jobs.get(timeout=0.1)
             except queue.Empty:
                 continue
             started = time.perf_counter()
             try:
-                pred = self.runtime.predict_chunk(images, position, instruction,
-                                                  need_attention=self.publish_attention)
+                pred = runtime.predict_chunk(images, position, instruction, need_attention=self.publish_attention)
             except Exception as exc:  # noqa: BLE001 - any failure: hold and report, never crash the node
                 with self.lock:
                     self.stats["inference_failures"] += 1
                     self.state = "inference_failed"
-                    self.selector.forget(tick)
-                self.get_logger().error(f"inference failed: {exc!r}; holding", throttle_duration_sec=5.0)
+                    if self.selector is not None:
+                        self.selector.forget(tick)
+                rejections(self).reject("inference", f"{exc!r}; holding")
                 continue
             with self.lock:
+                selector = self.selector
+                if stop.is_set() or selector is None or runtime is not self.runtime:
+                    return  # cleaned up meanwhile: nothing of this node is used any more
                 if self.episode is None or self.episode.episode != episode:
-                    self.selector.forget(tick)
+                    selector.forget(tick)
                     continue  # a chunk for an episode that has ended
                 # Everything the worker spent on the pair (preprocessing included).
                 self.stats["inference_ms"] = (time.perf_counter() - started) * 1e3
@@ -194,16 +392,20 @@ class PolicyNode(ControllerNode):
                 self.target_guess = pred.target
                 # Realtime: usable from now on (inference has taken its real time); lockstep:
                 # from tick + latency_ticks.
-                self.selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None)
-            self.chunk_pub.publish(conv.action_chunk_msg(stamp * 1e-9, pred.actions, 1.0 / self.control_rate))
-            if pred.attention is not None:
-                self.attention_pub.publish(conv.attention_msg(pred.attention, self.cameras))
+                selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None)
+                # Publishing under the lock: destroy_node takes the lock before the publishers go.
+                if not stop.is_set():
+                    self.chunk_pub.publish(conv.action_chunk_msg(stamp * 1e-9, pred.actions, 1.0 / self.control_rate))
+                    if pred.attention is not None:
+                        self.attention_pub.publish(conv.attention_msg(pred.attention, self.cameras))
             self.try_lockstep_tick()
 
     # ------------------------------------------------------------ control
     def observation_complete(self, stamp_ns: int, tick: int) -> bool:
         if not super().observation_complete(stamp_ns, tick):
             return False
+        if self.selector is None or self.lifecycle_state != "active":
+            return True  # unconfigured or inactive: the hold needs only the joint state
         info = self.episode
         if info.is_camera_tick(tick):
             if not all(c in self.images and self.images[c][0] == stamp_ns for c in self.cameras):
@@ -215,11 +417,19 @@ class PolicyNode(ControllerNode):
         return not self.selector.awaiting(tick)
 
     def on_new_episode(self, info: conv.EpisodeInfo) -> None:
-        self.selector.reset(self.joint_positions)
-        self.last_command = None
+        if self.selector is not None:
+            self.selector.reset(self.joint_positions)
+        if self.lifecycle_state == "active":
+            self.last_command = None
         self.get_logger().info(f"episode {info.episode}: {info.instruction}")
 
     def compute_command(self, stamp_ns: int, tick: int):
+        if self.lifecycle_state == "inactive" and self.hold_pose is not None:
+            self.state = "inactive"
+            return self.hold_pose
+        if self.selector is None or self.lifecycle_state != "active":
+            self.state = self.lifecycle_state
+            return None
         if not self.enabled:
             self.state = "disabled"
             return None
@@ -249,6 +459,18 @@ class PolicyNode(ControllerNode):
             self.stats["deadline_misses"] += 1
         self._last_tick_wall = now
 
+    def waiting_for(self) -> list[str]:
+        missing = super().waiting_for()
+        for camera, topic in self.camera_topics.items():
+            if camera not in self.images:
+                missing.append(f"{camera} camera images on {self.resolve_topic_name(topic)}")
+        if self.lifecycle_state == "unconfigured":
+            missing.append("configure (ros2 lifecycle set " + self.get_fully_qualified_name() + " configure)"
+                           + (f"; {self.last_error}" if self.last_error else ""))
+        elif self.lifecycle_state == "inactive":
+            missing.append("activate (ros2 lifecycle set " + self.get_fully_qualified_name() + " activate)")
+        return missing
+
     # ------------------------------------------------------------ services and diagnostics
     def enable_callback(self, request, response):
         self.enabled = True
@@ -263,9 +485,13 @@ class PolicyNode(ControllerNode):
     def publish_diagnostics(self) -> None:
         now = self.get_clock().now().nanoseconds
         with self.lock:
+            self.waiting = self.waiting_for()
             newest = max((s for s, _ in self.images.values()), default=-1)
             values = {
                 "state": self.state,
+                "lifecycle": self.lifecycle_state,
+                "waiting_for": "; ".join(self.waiting) or "nothing",
+                "last_error": self.last_error or "none",
                 "inference_ms": f"{self.stats['inference_ms']:.2f}",
                 "observation_age_ms": f"{(now - newest) / 1e6:.1f}" if newest >= 0 else "nan",
                 "ticks_without_fresh_chunk": str(self.stats["ticks_without_chunk"]),
@@ -273,13 +499,17 @@ class PolicyNode(ControllerNode):
                 "missed_ticks": str(self.missed_ticks),
                 "inference_failures": str(self.stats["inference_failures"]),
                 "rejected_images": str(self.stats["rejected_images"]),
+                "rejected_messages": str(rejections(self).total),
                 "chunks": str(self.chunk_count),
                 "commands": str(self.commands_published),
             }
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
         level = DiagnosticStatus.OK if values["state"] in ("ok", "waiting") else DiagnosticStatus.WARN
-        status = DiagnosticStatus(level=level, name="policy_node: inference", message=values["state"],
+        if self.waiting:
+            level = DiagnosticStatus.WARN
+        message = values["state"] + (f": waiting for {values['waiting_for']}" if self.waiting else "")
+        status = DiagnosticStatus(level=level, name="policy_node: inference", message=message,
                                   hardware_id="arm_act",
                                   values=[KeyValue(key=k, value=v) for k, v in values.items()])
         array = DiagnosticArray(status=[status])
@@ -287,10 +517,9 @@ class PolicyNode(ControllerNode):
         self.diag_pub.publish(array)
 
     def destroy_node(self):
-        self._stop.set()
-        if self._worker.is_alive():
-            self._worker.join(timeout=5.0)
-        return super().destroy_node()
+        self._stop_worker()
+        with self.lock:  # a worker that outlived the join publishes only with this lock held
+            return super().destroy_node()
 
 
 def main(args=None):
