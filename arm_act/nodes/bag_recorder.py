@@ -9,8 +9,14 @@ Parameters:
   flush_interval  wall seconds between flushes: what a hard kill can lose at most
   discovery_interval  wall seconds between graph lookups for topics of unknown type
 
-Timestamps are the node clock at receipt, i.e. sim time: main() turns use_sim_time on
-unless the command line sets it. Messages arrive as raw CDR (raw=True subscriptions: no
+Timestamps are the sim time at receipt: main() turns use_sim_time on unless the command line
+sets it. A message is stamped with the sim time of the newest /clock message that reached
+this process before it did (both reception times come from DDS), not with the node clock
+when the executor gets round to it: at start-up, or whenever the executor falls behind, the
+clock would have moved on and messages would be stamped up to hundreds of ms late. So a
+message is never stamped earlier than the sim time it was sent at, nor later than one /clock
+step after. Messages wait in memory until a later /clock message has been seen (at most
+STAMP_WAIT_S wall seconds; then the newest clock known is used). Messages arrive as raw CDR (raw=True subscriptions: no
 rclpy deserialization) and are stored in canonical form (arm_act.bags.codec). Sensor topics
 are subscribed best-effort (sensor-data QoS), `task` and `episode` transient-local, the rest
 reliable; each topic's metadata records the QoS its publishers offer, as rosbag2 does.
@@ -20,9 +26,11 @@ recovers everything up to the last flush.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -34,6 +42,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
+from rosgraph_msgs.msg import Clock as ClockMsg
 
 from arm_act.bags import (
     COMPRESSIONS,
@@ -57,6 +66,10 @@ LATCHED_SUBSCRIPTION_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
 RELIABLE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.VOLATILE)
+# Wall seconds a received message may wait for the next /clock before it is stamped anyway.
+STAMP_WAIT_S = 0.25
+# Wall seconds of /clock reception history kept for stamping.
+CLOCK_HISTORY_S = 10.0
 
 
 def message_class(msgtype: str):
@@ -96,6 +109,12 @@ class BagRecorder(Node):
         plan = {self.resolve_topic_name(name): name for name in param("topics")}
         self.failed: BagError | None = None
         self.episodes: dict[int, dict] = {}  # episode id -> its latest status JSON
+        # /clock as received: wall reception times (ns) and the sim times they carried.
+        self._clock_received: list[int] = []
+        self._clock_sim: list[int] = []
+        # Received messages not yet stamped: (reception wall ns, order, topic, msgtype, raw).
+        self._unstamped: list[tuple[int, int, str, str, bytes]] = []
+        self._order = 0
         self.recorded_subscriptions: dict[str, object] = {}
         self._pending: list[str] = []  # topics waiting for a publisher to show their type
         self._episode_topic = self.resolve_topic_name("episode")
@@ -103,6 +122,8 @@ class BagRecorder(Node):
         self.writer = BagWriter(path, (), {}, compression, flush_interval_s=float(param("flush_interval")))
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # flushing must not stop with sim time
         self.create_timer(float(param("flush_interval")), self.flush_callback, clock=steady)
+        self.create_timer(STAMP_WAIT_S / 2, self.stamp_callback, clock=steady)
+        self.create_subscription(ClockMsg, "/clock", self.clock_callback, RELIABLE_QOS)
         for topic, name in plan.items():
             msgtype = known_type(name if name == "/clock" else name.lstrip("/"))
             if msgtype is None:
@@ -147,10 +168,60 @@ class BagRecorder(Node):
             self._pending.remove(topic)
             self.get_logger().info(f"{topic}: publisher found, recording")
 
-    def message_callback(self, topic: str, msgtype: str, raw: bytes) -> None:
+    def clock_callback(self, msg: ClockMsg, info) -> None:
+        """Remember when each /clock message arrived (DDS reception time) and what it said."""
+        received = int(info.get("received_timestamp") or 0) or time.time_ns()
+        sim = int(msg.clock.sec) * 1_000_000_000 + int(msg.clock.nanosec)
+        if self._clock_received and received < self._clock_received[-1]:
+            received = self._clock_received[-1]
+        self._clock_received.append(received)
+        self._clock_sim.append(sim)
+        if len(self._clock_received) > 4096 and received - self._clock_received[0] > CLOCK_HISTORY_S * 1e9:
+            cut = bisect.bisect_left(self._clock_received, received - int(CLOCK_HISTORY_S * 1e9))
+            del self._clock_received[:cut], self._clock_sim[:cut]
+        self._stamp_ready()
+
+    def sim_time_at(self, received_ns: int) -> int:
+        """The sim time of the newest /clock received at or before `received_ns` (wall ns);
+        before the first one, the first one's (nothing was sent earlier in sim time), and
+        with no /clock at all, the node clock."""
+        if not self._clock_received:
+            return self.get_clock().now().nanoseconds
+        index = bisect.bisect_right(self._clock_received, received_ns) - 1
+        return self._clock_sim[max(index, 0)]
+
+    def message_callback(self, topic: str, msgtype: str, raw: bytes, info) -> None:
         if self.failed is not None:
             return
-        stamp = self.get_clock().now().nanoseconds
+        received = int(info.get("received_timestamp") or 0) or time.time_ns()
+        self._unstamped.append((received, self._order, topic, msgtype, raw))
+        self._order += 1
+        self._stamp_ready()
+
+    def stamp_callback(self) -> None:
+        self._stamp_ready()
+
+    def _stamp_ready(self, everything: bool = False) -> None:
+        """Write the messages whose stamp is settled: a /clock received after them has been
+        seen (the /clock subscription is taken in reception order, so every earlier one has
+        been too), or they waited STAMP_WAIT_S; with `everything`, all of them."""
+        if not self._unstamped:
+            return
+        newest_clock = self._clock_received[-1] if self._clock_received else -1
+        oldest_allowed = time.time_ns() - int(STAMP_WAIT_S * 1e9)
+        self._unstamped.sort()
+        ready = 0
+        for received, *_ in self._unstamped:
+            if not (everything or received < newest_clock or received <= oldest_allowed):
+                break
+            ready += 1
+        batch, self._unstamped = self._unstamped[:ready], self._unstamped[ready:]
+        for received, _, topic, msgtype, raw in batch:
+            self._write(topic, msgtype, self.sim_time_at(received), raw)
+
+    def _write(self, topic: str, msgtype: str, stamp: int, raw: bytes) -> None:
+        if self.failed is not None:
+            return
         try:
             if topic not in self.writer.topics:
                 offered = tuple(to_rosbags_qos(i.qos_profile) for i in self.get_publishers_info_by_topic(topic))
@@ -185,6 +256,8 @@ class BagRecorder(Node):
 
     def close(self) -> None:
         """Close the bag (summary, metadata.yaml); a failed bag stays marked incomplete."""
+        if not self.writer.closed:
+            self._stamp_ready(everything=True)
         if self.failed is None and not self.writer.closed:
             try:
                 self.writer.close()
@@ -199,14 +272,16 @@ def main(args=None) -> int:
     argv = list(sys.argv if args is None else args)
     # Sim time unless the command line says otherwise (later --ros-args values win).
     argv[1:1] = ["--ros-args", "-p", "use_sim_time:=true", "--"]
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     # rclpy's own handlers would raise KeyboardInterrupt wherever the main thread is, possibly
     # inside a half-written chunk; ours only ask the spin loop to stop, then the bag closes.
-    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    # Any number of SIGINT/SIGTERM (launch and the terminal both send one) only set the flag.
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     recorder = None
     code = 0
     try:
+        rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
         recorder = BagRecorder()
         executor = SingleThreadedExecutor()
         executor.add_node(recorder)
