@@ -25,7 +25,6 @@ import dataclasses
 import enum
 import logging
 import math
-import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from arm_act.sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
 from arm_act.sim.robot import GRIPPER_MAX, HOME, Panda
-from arm_act.sim.task import BOX_WALL, ObjectState
+from arm_act.sim.task import BOX_WALL, ObjectState, parse_instruction
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +40,15 @@ TOP_DOWN = np.array([1.0, 0.0, 0.0, 0.0])
 """Quaternion (xyzw) of a rotation by pi about x: the hand's z axis (the gripper) points
 down. Composed with a yaw about world z; at yaw 0 the fingers close along world y."""
 _PERTURBABLE = frozenset({"above_block", "descend", "lift", "above_box", "lower"})
-_INSTRUCTION = re.compile(r"put the (\w+) block in the box")
+PERTURBATION_SEED_OFFSET = 1_000_003  # away from the episode seed itself, which draws the scene (sim.env)
+
+
+def perturbation_rng(episode_seed: int) -> np.random.Generator:
+    """The expert's perturbation generator in the episode with this seed. In process
+    (run_expert_episodes, `arm-act collect`, `arm-act eval --policy expert`) and over ROS
+    (expert_node, from the episode message's seed) alike, so a perturbed expert episode
+    depends on its seed only and is the same both ways."""
+    return np.random.default_rng(int(episode_seed) + PERTURBATION_SEED_OFFSET)
 
 
 class WaypointKind(enum.Enum):
@@ -108,7 +115,8 @@ class ExpertConfig:
         if self.perturb_joint_std < 0:
             raise ValueError(f"perturb_joint_std={self.perturb_joint_std} must be >= 0")
         if self.max_retries < 0 or self.ik_iterations < 1:
-            raise ValueError(f"max_retries={self.max_retries} >= 0 and ik_iterations={self.ik_iterations} >= 1 required")
+            raise ValueError(f"max_retries={self.max_retries} >= 0 and "
+                             f"ik_iterations={self.ik_iterations} >= 1 required")
         if self.carry_height < self.approach_height:
             raise ValueError(f"carry_height={self.carry_height} must be >= approach_height={self.approach_height}")
 
@@ -204,10 +212,10 @@ class ScriptedExpert:
 
     # --- planning ----------------------------------------------------------------------
     def reset(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray) -> None:
-        match = _INSTRUCTION.fullmatch(instruction.strip())
-        if match is None:
+        colour = parse_instruction(instruction)
+        if colour is None:
             raise ValueError(f"instruction {instruction!r} is not 'put the <colour> block in the box'")
-        self._colour = match.group(1)
+        self._colour = colour
         self._block = self._box = None
         self._update_objects(objects)
         if self._block is None or self._box is None:

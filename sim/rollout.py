@@ -18,7 +18,7 @@ import numpy as np
 
 from arm_act.sim.config import SimConfig
 from arm_act.sim.env import ArmEnv
-from arm_act.sim.expert import ExpertConfig, ScriptedExpert
+from arm_act.sim.expert import ExpertConfig, ScriptedExpert, perturbation_rng
 from arm_act.sim.robot import JointStateArrays
 from arm_act.sim.task import ObjectState
 
@@ -111,13 +111,13 @@ def run_expert_episodes(seeds: Iterable[int], blocks: int | Callable[[int], int]
                         progress: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
     """Run the scripted expert over seeds; `blocks` is a count or a function seed -> count.
 
-    Perturbation rng (if expert_config.perturb_prob > 0) is default_rng(seed + 1_000_003),
-    so results depend on the seed only."""
+    The perturbation generator (if expert_config.perturb_prob > 0) is
+    perturbation_rng(seed), so results depend on the seed only."""
     env = ArmEnv(config)
     results = []
     try:
         for seed in seeds:
-            agent = ExpertAgent(expert_config, rng=np.random.default_rng(seed + 1_000_003))
+            agent = ExpertAgent(expert_config, rng=perturbation_rng(seed))
             n = blocks(seed) if callable(blocks) else blocks
             t0 = time.perf_counter()
             try:

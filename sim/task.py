@@ -9,6 +9,7 @@ np.random.Generator (randomness is passed in, never global, as dm_control passes
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,8 +52,19 @@ class ObjectState:
     size: np.ndarray
 
 
+INSTRUCTION_TEMPLATE = "put the {colour} block in the box"
+_INSTRUCTION = re.compile(re.escape(INSTRUCTION_TEMPLATE).replace(re.escape("{colour}"), r"(\w+)"))
+
+
 def instruction_for(colour: str) -> str:
-    return f"put the {colour} block in the box"
+    return INSTRUCTION_TEMPLATE.format(colour=colour)
+
+
+def parse_instruction(instruction: str) -> str | None:
+    """The colour that an instruction in INSTRUCTION_TEMPLATE's form names ("put the red
+    block in the box" -> "red"; surrounding whitespace ignored), else None."""
+    match = _INSTRUCTION.fullmatch(str(instruction).strip())
+    return None if match is None else match.group(1)
 
 
 def sample_layout(rng: np.random.Generator, cfg: SimConfig, n_blocks: int
@@ -116,7 +128,7 @@ class PickPlaceTask:
         colours, xy, yaws, target = sample_layout(rng, self.cfg, n_blocks)
         s = self.cfg.block_size
         self.blocks = {}
-        for colour, (x, y), yaw in zip(colours, xy, yaws):
+        for colour, (x, y), yaw in zip(colours, xy, yaws, strict=True):
             body = self._backend.create_boxes(
                 [(s / 2, s / 2, s / 2)], [(0, 0, 0)], RGBA[colour], (x, y, s / 2),
                 quat_from_yaw(yaw), mass=self.cfg.block_mass, lateral_friction=1.0)

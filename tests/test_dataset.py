@@ -20,7 +20,7 @@ from synthetic_bags import (
 
 from arm_act.bags import BagWriter, live_topic_specs
 from arm_act.data import dataset as ds
-from arm_act.data.dataset import DatasetError, extract_episode, find_bags, load_dataset
+from arm_act.data.dataset import DatasetError, extract_episode, load_dataset
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 
@@ -178,16 +178,6 @@ def test_unsupported_or_malformed_images_are_errors(tmp_path):
         ds.image_to_rgb(msg, "bag", "/cam")
     ep = extract_episode(write_demo_bag(tmp_path / "bgr", ticks=6, encoding="bgr8"))
     assert (ep.images[1, 1] == pixel(5, 1)).all()
-
-
-def test_find_bags_recurses_and_skips_hidden(tmp_path):
-    a = write_demo_bag(tmp_path / "run1" / "ep_a", ticks=6)
-    b = write_demo_bag(tmp_path / "run2" / "deep" / "ep_b", ticks=6)
-    write_demo_bag(tmp_path / ".cache" / "ep_hidden", ticks=6)
-    assert find_bags([tmp_path]) == [a, b]
-    assert find_bags([a]) == [a]
-    with pytest.raises(DatasetError, match="no such directory"):
-        find_bags([tmp_path / "nope"])
 
 
 def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from std_srvs.srv import Trigger
 from arm_act.nodes.expert_node import ExpertNode
 from arm_act.nodes.sim_node import SimNode
 from arm_act.ros import conversions as conv
+from arm_act.sim import perturbation_rng
 from tests.conftest import spin_until
 
 pytestmark = pytest.mark.ros
@@ -21,10 +22,10 @@ def _params(**values):
     return [Parameter(k, value=v) for k, v in values.items()] + [Parameter("use_sim_time", value=True)]
 
 
-def _run_lockstep(context, episodes=1, seed=0, blocks="2-5"):
+def _run_lockstep(context, episodes=1, seed=0, blocks="2-5", perturb=0.0):
     sim = SimNode(context=context, parameter_overrides=_params(mode="lockstep", episodes=episodes, seed=seed,
                                                                blocks=blocks))
-    expert = ExpertNode(context=context, parameter_overrides=_params(mode="lockstep"))
+    expert = ExpertNode(context=context, parameter_overrides=_params(mode="lockstep", perturb_prob=perturb))
     probe = Node("probe", context=context)
     positions = []
     probe.create_subscription(JointState, "joint_states", lambda m: positions.append(list(m.position)), 100)
@@ -49,13 +50,32 @@ def test_lockstep_expert_episode_matches_in_process(ros_context):
     assert ros.state == "success"
     env = ArmEnv()
     try:
-        result = run_episode(env, ExpertAgent(rng=np.random.default_rng(ros.seed + 1_000_003)), ros.seed, ros.n_blocks,
-                             render=False)
+        result = run_episode(env, ExpertAgent(rng=perturbation_rng(ros.seed)), ros.seed, ros.n_blocks, render=False)
     finally:
         env.close()
     assert result.status == ros.state
     assert result.duration == pytest.approx(ros.time, abs=1e-9)
     assert len(positions) >= result.ticks
+
+
+def test_perturbed_expert_is_seeded_by_one_rule_over_ros_and_in_process(ros_context):
+    """expert_node and the in-process expert (collect, eval, run_expert_episodes) draw the
+    perturbations from perturbation_rng(episode seed): the same perturbed episode both ways.
+    Another generator gives another episode, so the comparison can fail."""
+    from arm_act.sim import ArmEnv, ExpertConfig
+    from arm_act.sim.rollout import ExpertAgent, run_episode
+
+    (ros,), _ = _run_lockstep(ros_context, episodes=1, seed=3, perturb=0.5)
+    env = ArmEnv()
+    try:
+        outcomes = {}
+        for name, rng in (("rule", perturbation_rng(ros.seed)), ("other", np.random.default_rng([ros.seed, 1]))):
+            result = run_episode(env, ExpertAgent(ExpertConfig(perturb_prob=0.5), rng=rng), ros.seed, ros.n_blocks)
+            outcomes[name] = (result.status, round(result.duration, 6))
+    finally:
+        env.close()
+    assert outcomes["rule"] == (ros.state, round(ros.time, 6))
+    assert outcomes["other"] != outcomes["rule"]
 
 
 def test_lockstep_is_bit_for_bit_deterministic(ros_context):

@@ -4,7 +4,7 @@ Bags are the standard rosbag2 layout written by the `rosbags` library: a directo
 metadata.yaml and one .mcap file with ros2msg schemas, which `ros2 bag`, Foxglove, the `mcap`
 library and rosbags' AnyReader read. codec.py holds what writing and reading share,
 writer.py the writer, reader.py and mcap_scan.py the reader and repair, episode.py the bag of
-one in-process episode.
+one in-process episode, find.py which bags a list of paths names (find_bags).
 """
 from arm_act.bags.codec import (
     DEFAULT_QOS,
@@ -21,6 +21,7 @@ from arm_act.bags.codec import (
     to_rosbags_qos,
     typestore,
 )
+from arm_act.bags.find import find_bags, is_bag
 from arm_act.bags.reader import BagInfo, BagMessage, TopicInfo, bag_info, read_bag, repair
 from arm_act.bags.writer import (
     COMPRESSIONS,
@@ -35,6 +36,7 @@ from arm_act.bags.writer import (
 __all__ = [
     "COMPRESSIONS", "DEFAULT_QOS", "INCOMPLETE_KEY", "INCOMPLETE_REASON_KEY", "LATCHED_QOS", "LATCHED_TOPICS",
     "MARKER_NAME", "SENSOR_TOPIC_TYPES", "BagError", "BagInfo", "BagMessage", "BagWriter", "TopicInfo",
-    "TopicSpec", "bag_info", "decode_cdr", "encode_cdr", "live_topic_specs", "live_topic_types", "make_qos",
-    "read_bag", "repair", "ros_type_name", "software_version", "to_rosbags_qos", "typestore",
+    "TopicSpec", "bag_info", "decode_cdr", "encode_cdr", "find_bags", "is_bag", "live_topic_specs",
+    "live_topic_types", "make_qos", "read_bag", "repair", "ros_type_name", "software_version", "to_rosbags_qos",
+    "typestore",
 ]

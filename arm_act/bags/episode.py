@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from arm_act.bags.writer import BagWriter, live_topic_specs
-from arm_act.nodes.sim_node import CLOCK_START
 from arm_act.ros import conversions as conv
+from arm_act.ros.conversions import CLOCK_START
 
 # Topics an in-process rollout has nothing to put on.
 _NOT_RECORDED = ("policy/action_chunk", "policy/diagnostics")

@@ -55,14 +55,13 @@ class _Probe:
     def __init__(self, context, cameras: tuple[str, ...]):
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.node import Node
-        from rclpy.qos import qos_profile_sensor_data
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import Image
         from std_msgs.msg import Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
 
-        from arm_act.nodes.controller import TRANSIENT_LOCAL
         from arm_act.ros import conversions as conv
+        from arm_act.ros.qos import SENSOR_DATA, TRANSIENT_LOCAL
 
         self.conv = conv
         self.node = Node("bench_probe", context=context)
@@ -83,7 +82,7 @@ class _Probe:
         sub(DiagnosticArray, "policy/diagnostics", self.diagnostics_callback, 10)
         for camera in cameras:
             sub(Image, f"camera/{camera}/image_raw",
-                lambda msg, c=camera: self.image_callback(c, msg), qos_profile_sensor_data)
+                lambda msg, c=camera: self.image_callback(c, msg), SENSOR_DATA)
 
     def clock_callback(self, msg) -> None:
         now = time.monotonic()

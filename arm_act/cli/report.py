@@ -12,9 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from arm_act.bags import BagError
+from arm_act.bags import BagError, find_bags
 from arm_act.cli.main import CommandError
-from arm_act.eval.report import aggregate, aggregate_line, analyse_bag, bag_line, find_bags, write_report
+from arm_act.eval.report import aggregate, aggregate_line, analyse_bag, bag_line, write_report
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

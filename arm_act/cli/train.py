@@ -3,6 +3,9 @@
     arm-act train --data data/demos --out checkpoints/run1
     arm-act train --data data/a data/b --out runs/small --config width=128 encoder_layers=3
     arm-act train --data data/demos --out runs/cvae --config my.json use_cvae=true --steps 8000
+    arm-act train --data data/demos --out runs/gpu --device cuda            # bf16 autocast
+    torchrun --standalone --nproc-per-node 2 $(which arm-act) train --data ... --out ...
+    arm-act train --nproc-per-node 2 --data ... --out ...                  # the same, shorter
 
 Bags are found recursively under each --data directory and decoded once into a cache
 (rebuilt when a bag changes); failed demonstrations and incomplete bags are skipped.
@@ -63,6 +66,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/arm_act when that is not writable)")
     parser.add_argument("--no-resume", action="store_true",
                         help="start over even when --out holds a training state")
+    parser.add_argument("--device", default="auto", metavar="DEVICE",
+                        help="auto (CUDA when present, default), cpu, cuda or cuda:N; under "
+                             "torchrun each process takes cuda:LOCAL_RANK")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                        help="auto: bf16 autocast on a GPU that supports it, float32 on CPU")
+    parser.add_argument("--nproc-per-node", type=int, metavar="N",
+                        help="data-parallel on N processes of this machine (runs this command "
+                             "under torchrun --standalone); --batch-size is the global batch")
+    parser.add_argument("--ddp-timeout", type=float, default=300.0, metavar="S",
+                        help="seconds a process waits for the others before the run stops "
+                             "with an error (a crashed or hung rank)")
 
 
 def _parse_value(key: str, text: str) -> Any:
@@ -185,8 +199,33 @@ def grounding_frames(demos, policy_config, train_config, cache: Path) -> list:
         raise CommandError(f"grounding layouts: {exc}") from None
 
 
+def _forwarded_argv(args) -> list[str]:
+    """This command's arguments without --nproc-per-node (for the torchrun children)."""
+    argv = ["train", "--data", *map(str, args.data), "--out", str(args.out)]
+    if args.config:
+        argv += ["--config", *args.config]
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--lr", args.lr),
+                        ("--seed", args.seed), ("--init", args.init), ("--cache", args.cache),
+                        ("--device", args.device), ("--precision", args.precision),
+                        ("--ddp-timeout", args.ddp_timeout)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + (["--no-resume"] if args.no_resume else []) + (["-v"] if args.verbose else [])
+
+
 def run(args) -> int:
-    from arm_act.data.dataset import DatasetError, find_bags, load_dataset
+    if args.nproc_per_node is not None and "LOCAL_RANK" not in os.environ:
+        from arm_act.policy.distributed import torchrun
+
+        if args.nproc_per_node < 1:
+            raise CommandError(f"--nproc-per-node {args.nproc_per_node} must be >= 1")
+        status = torchrun(args.nproc_per_node, _forwarded_argv(args))
+        if status:
+            raise CommandError(f"torchrun with {args.nproc_per_node} processes exited with status "
+                               f"{status} (its output above names the rank that failed)")
+        return 0
+    from arm_act.bags import BagError, find_bags
+    from arm_act.data.dataset import DatasetError, load_dataset
     from arm_act.policy.train import TrainingError, train
 
     policy_config, train_config = build_configs(
@@ -196,7 +235,7 @@ def run(args) -> int:
     try:
         bags = find_bags(args.data)
         episodes = load_dataset(args.data, cache, policy_config.cameras)
-    except DatasetError as exc:
+    except (BagError, DatasetError) as exc:
         raise CommandError(str(exc)) from None
     good = [e for e in episodes if e.success]
     failed = [e for e in episodes if not e.success]
@@ -224,7 +263,8 @@ def run(args) -> int:
     try:
         metrics = train(good, policy_config, train_config, args.out,
                         resume=not args.no_resume, progress=sys.stderr.isatty(),
-                        data_info=data_info, grounding=grounding)
+                        data_info=data_info, grounding=grounding, device=args.device,
+                        precision=args.precision, timeout_s=args.ddp_timeout)
     except TrainingError as exc:
         raise CommandError(str(exc)) from None
     final = metrics["final"]
@@ -233,7 +273,12 @@ def run(args) -> int:
           f"{len(bags) - len(episodes)} incomplete skipped "
           f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
     print(f"frames:     {metrics['data']['frames']} ({metrics['data']['train_frames']} train)")
-    print(f"steps:      {metrics['steps']} x batch {train_config.batch_size}")
+    world = metrics["distributed"]["world_size"]
+    if metrics["distributed"].get("weights_sha256") and os.environ.get("RANK", "0") != "0":
+        return 0  # under torchrun the summary is rank 0's
+    print(f"steps:      {metrics['steps']} x batch {train_config.batch_size}"
+          + (f" ({world} processes x {train_config.batch_size // world})" if world > 1 else ""))
+    print(f"device:     {metrics['device']} ({metrics['precision']})")
     print(f"wall time:  {metrics['wall_time_s']:.1f} s ({metrics['samples_per_s']:.1f} samples/s)")
     print(f"final loss: train L1 {final['train_l1']:.4f}, val L1 {val}"
           + ("" if final["train_kl"] is None else f", KL {final['train_kl']:.4f}"))

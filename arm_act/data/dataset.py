@@ -23,21 +23,21 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
-from arm_act.bags import BagError, bag_info, read_bag
+from arm_act.bags import BagError, bag_info, find_bags, read_bag
 from arm_act.common.progress import progress_bar
+from arm_act.ros.conversions import stamp_to_ns
+from arm_act.sim.robot import JOINT_NAMES
 
 logger = logging.getLogger(__name__)
 
 # Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
 CACHE_VERSION = 2  # 2: frame_target
-JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + (
-    "panda_finger_joint1", "panda_finger_joint2")
 ARM_JOINTS = 7
 ARM_TOPIC = "/arm_controller/commands"
 GRIPPER_TOPIC = "/gripper_controller/commands"
@@ -113,10 +113,6 @@ def _target_position(msg, instruction_words: set[str]) -> np.ndarray | None:
     p = found[0].pose.position
     position = np.array([p.x, p.y, p.z], dtype=np.float64)
     return position if np.all(np.isfinite(position)) else None
-
-
-def _stamp_ns(header) -> int:
-    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
 
 
 def image_to_rgb(msg, bag: Path | str, topic: str) -> np.ndarray:
@@ -217,7 +213,7 @@ def extract_episode(bag_dir: str | os.PathLike,
             elif topic == OBJECTS_TOPIC:
                 objects.append((int(stamp), msg))  # MarkerArray has no header: the bag stamp
             elif topic == JOINT_TOPIC:
-                joint_stamps.append(_stamp_ns(msg.header))
+                joint_stamps.append(stamp_to_ns(msg.header.stamp))
                 joint_values.append(_joint_positions(msg, bag))
             elif topic in commands:
                 values = np.asarray(msg.data, dtype=np.float64)
@@ -228,7 +224,7 @@ def extract_episode(bag_dir: str | os.PathLike,
                 commands[topic][0].append(int(stamp))
                 commands[topic][1].append(values)
             else:
-                frames[topic_camera[topic]][_stamp_ns(msg.header)] = image_to_rgb(msg, bag, topic)
+                frames[topic_camera[topic]][stamp_to_ns(msg.header.stamp)] = image_to_rgb(msg, bag, topic)
     except DatasetError:
         raise
     except BagError as exc:
@@ -358,32 +354,6 @@ def _frame_targets(objects: list[tuple[int, object]], frame_stamps: np.ndarray,
     return out
 
 
-# ---------------------------------------------------------------- finding bags
-def _is_bag(directory: Path) -> bool:
-    return (directory / "metadata.yaml").is_file() or any(directory.glob("*.mcap"))
-
-
-def find_bags(dirs: Iterable[str | os.PathLike]) -> list[Path]:
-    """Bag directories (holding metadata.yaml or .mcap files) at or under each directory,
-    sorted, hidden directories skipped. Raises DatasetError for a path that does not exist."""
-    found: list[Path] = []
-    for root in map(Path, dirs):
-        if not root.is_dir():
-            raise DatasetError(f"{root}: no such directory")
-        if _is_bag(root):
-            found.append(root)
-            continue
-        for current, subdirs, _files in os.walk(root):
-            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-            for name in list(subdirs):
-                path = Path(current) / name
-                if _is_bag(path):
-                    found.append(path)
-                    subdirs.remove(name)  # a bag holds no bags
-    unique = sorted({p.resolve(): p for p in found}.items())
-    return [p for _, p in unique]
-
-
 # ---------------------------------------------------------------- the cache
 def _fingerprint(bag: Path, cameras: Sequence[str]) -> str:
     """What the cached arrays depend on: the bag's path, every file's size and mtime, the
@@ -477,17 +447,18 @@ def _allow_open_files(needed: int) -> None:
 def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike,
                  cameras: Sequence[str] = ("front", "wrist"), *,
                  progress: bool | None = None) -> list[EpisodeArrays]:
-    """Every complete bag at or under `dirs` as EpisodeArrays (failed demonstrations
-    included: see EpisodeArrays.success), decoded through the cache in `cache_dir`.
+    """Every complete bag that `dirs` name (arm_act.bags.find_bags: bags at or under each
+    path) as EpisodeArrays (failed demonstrations included: see EpisodeArrays.success),
+    decoded through the cache in `cache_dir`.
 
-    Incomplete bags are skipped with a warning; a corrupt one, or finding no bag at all,
+    Incomplete bags are skipped with a warning; a corrupt one, or a path naming no bag,
     raises DatasetError. progress: a bar over bags (None: when stderr is a terminal).
     """
     cameras = tuple(cameras)
-    bags = find_bags(dirs)
-    if not bags:
-        raise DatasetError(f"no bags (directories with metadata.yaml or .mcap files) under "
-                           f"{', '.join(str(d) for d in dirs)}")
+    try:
+        bags = find_bags(dirs)
+    except BagError as exc:
+        raise DatasetError(_one_line(exc)) from None
     episodes: list[EpisodeArrays] = []
     cached = 0
     _allow_open_files(len(bags))

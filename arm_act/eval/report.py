@@ -23,41 +23,18 @@ Definitions:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from arm_act.bags import MARKER_NAME, BagError, BagInfo, bag_info, read_bag
+from arm_act.bags import BagError, BagInfo, bag_info, read_bag
+from arm_act.ros.conversions import stamp_to_ns
+from arm_act.sim.robot import JOINT_NAMES
+from arm_act.sim.task import parse_instruction
 
-JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + ("panda_finger_joint1", "panda_finger_joint2")
 ARM_JOINTS = 7
 LATE_FACTOR = 1.5
-_INSTRUCTION = re.compile(r"put the (\w+) block in the box")
-
-
-def find_bags(paths) -> list[Path]:
-    """Each path is a bag (directory with metadata.yaml, a writer marker or .mcap files, or
-    an .mcap file) or a directory of bags; raises BagError for anything else."""
-    bags: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise BagError(f"{path}: no such bag or directory")
-        if path.is_file() or _is_bag(path):
-            bags.append(path.parent if path.is_file() else path)
-            continue
-        children = sorted(p for p in path.iterdir() if p.is_dir() and _is_bag(p))
-        if not children:
-            raise BagError(f"{path}: not a bag (no metadata.yaml or .mcap) and holds no bags")
-        bags.extend(children)
-    return bags
-
-
-def _is_bag(path: Path) -> bool:
-    return (path / "metadata.yaml").exists() or (path / MARKER_NAME).exists() or any(
-        path.glob("*.mcap"))
 
 
 def _topic(info: BagInfo, name: str) -> str | None:
@@ -84,10 +61,6 @@ class Series:
     task: str | None = None
 
 
-def _stamp_ns(header) -> int:
-    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
-
-
 def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
     names = {key: _topic(info, key) for key in (
         "arm_controller/commands", "gripper_controller/commands", "joint_states", "episode", "objects",
@@ -99,8 +72,8 @@ def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
     for topic, stamp, msg in read_bag(path, list(role) + sorted(images), allow_incomplete=allow_incomplete):
         kind = role.get(topic)
         if topic in images:
-            if _stamp_ns(msg.header) > 0:
-                series.image_stamps.add(_stamp_ns(msg.header))
+            if stamp_to_ns(msg.header.stamp) > 0:
+                series.image_stamps.add(stamp_to_ns(msg.header.stamp))
         elif kind == "arm_controller/commands" and len(msg.data) == ARM_JOINTS:
             series.arm_t.append(stamp)
             series.arm.append(np.asarray(msg.data, dtype=np.float64))
@@ -124,8 +97,8 @@ def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
             series.episodes.setdefault(current, {"first_t": stamp, "status": None})["objects"] = msg
         elif kind == "task":
             series.task = str(msg.data)
-        elif kind == "policy/action_chunk" and _stamp_ns(msg.header) > 0:
-            series.chunk_latency.append(stamp - _stamp_ns(msg.header))
+        elif kind == "policy/action_chunk" and stamp_to_ns(msg.header.stamp) > 0:
+            series.chunk_latency.append(stamp - stamp_to_ns(msg.header.stamp))
     return series
 
 
@@ -206,8 +179,8 @@ def jerk(times_ns: np.ndarray, positions: np.ndarray, segments: np.ndarray) -> n
 def objects_success(objects_msg, instruction: str | None) -> bool | None:
     """From the final object markers: the named block inside the box footprint and below its
     rim, no other block in the box. None when the markers or the instruction are missing."""
-    match = _INSTRUCTION.search(instruction or "")
-    if objects_msg is None or match is None:
+    named = parse_instruction(instruction or "")
+    if objects_msg is None or named is None:
         return None
     blocks, box = {}, None
     for marker in objects_msg.markers:
@@ -218,7 +191,7 @@ def objects_success(objects_msg, instruction: str | None) -> bool | None:
             box = item
         elif marker.ns == "block":
             blocks[colour] = item
-    if box is None or match.group(1) not in blocks:
+    if box is None or named not in blocks:
         return None
 
     def inside(block) -> bool:
@@ -228,8 +201,7 @@ def objects_success(objects_msg, instruction: str | None) -> bool | None:
         return bool(np.all(np.abs(position[:2] - box_position[:2]) <= half)
                     and top <= box_position[2] + box_size[2] + 0.005)
 
-    target = match.group(1)
-    return inside(blocks[target]) and not any(inside(b) for c, b in blocks.items() if c != target)
+    return inside(blocks[named]) and not any(inside(b) for c, b in blocks.items() if c != named)
 
 
 # ---------------------------------------------------------------- one bag, many bags
@@ -318,7 +290,10 @@ def aggregate(analyses: list[BagAnalysis]) -> dict:
     durations = [e["duration_s"] for e in finished if isinstance(e["duration_s"], (int, float))]
     nominal = next((a.metrics["arm_commands"].get("nominal_period_ms") for a in analyses
                     if a.metrics["arm_commands"].get("periods")), None)
-    concat = lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0)  # noqa: E731
+
+    def concat(arrays):
+        return np.concatenate(arrays) if arrays else np.zeros(0)
+
     errors = concat([a.errors.ravel() for a in analyses])
     jerks = concat([a.jerks.ravel() for a in analyses])
     return {
@@ -357,7 +332,10 @@ def plot_bag(analysis: BagAnalysis, out_dir: Path, prefix: str) -> list[Path]:
     s = analysis.series
     times = [t for t in (s.arm_t[:1] + s.joint_t[:1] + s.gripper_t[:1])]
     t0 = min(times) if times else 0
-    sec = lambda values: (np.asarray(values, dtype=np.int64) - t0) * 1e-9  # noqa: E731
+
+    def sec(values):
+        return (np.asarray(values, dtype=np.int64) - t0) * 1e-9
+
     arm = np.asarray(s.arm, dtype=np.float64).reshape(-1, ARM_JOINTS)
     joints = np.asarray(s.joints, dtype=np.float64).reshape(-1, len(JOINT_NAMES))
     figure = _figure(11, 9)

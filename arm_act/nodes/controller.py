@@ -23,7 +23,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock as RosClock
 from rclpy.clock import ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -32,6 +31,7 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, GRIPPER_RANGE
 from arm_act.ros import conversions as conv
+from arm_act.ros.qos import TRANSIENT_LOCAL
 
 # Wall seconds between "waiting for ..." reports (log and diagnostics) while an input is missing.
 WAIT_REPORT_S = 3.0
@@ -40,9 +40,6 @@ JOINT_LIMIT_MARGIN = 0.25
 # Joint states stamped further ahead of this node's clock are rejected (s).
 MAX_FUTURE_S = 1.0
 MAX_INSTRUCTION_CHARS = 500
-TRANSIENT_LOCAL = QoSProfile(
-    depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-)
 
 
 class ControllerNode(Node, ABC):

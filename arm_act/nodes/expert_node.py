@@ -10,7 +10,7 @@ import numpy as np
 
 from arm_act.nodes.controller import ControllerNode
 from arm_act.ros import conversions as conv
-from arm_act.sim import ExpertConfig, ScriptedExpert
+from arm_act.sim import ExpertConfig, ScriptedExpert, perturbation_rng
 
 
 class ExpertNode(ControllerNode):
@@ -37,7 +37,7 @@ class ExpertNode(ControllerNode):
         if self.objects is None or self.objects_stamp_ns < info.start_ns:
             return None  # this episode's object markers have not arrived yet
         if self.expert is None:
-            rng = np.random.default_rng([info.seed, 1])
+            rng = perturbation_rng(info.seed)  # the in-process rule: the same perturbed episodes
             self.expert = ScriptedExpert(ExpertConfig(perturb_prob=self.perturb_prob), rng=rng)
             self.expert.reset(info.instruction, self.objects, self.joint_positions)
         t = tick * (1.0 / info.control_rate)

@@ -25,7 +25,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock as RosClock
 from rclpy.clock import ClockType
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -35,14 +34,10 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.ros import conversions as conv
+from arm_act.ros.conversions import CLOCK_START
+from arm_act.ros.qos import TRANSIENT_LOCAL
 from arm_act.sim import ArmEnv, SimConfig
 
-# The first published sim time: ROS treats time 0 as "not set", and timers on sim time do
-# not start until the clock is non-zero.
-CLOCK_START = 1.0
-TRANSIENT_LOCAL = QoSProfile(
-    depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-)
 # Wall seconds between "waiting for ..." log lines while the first episode cannot start.
 WAIT_REPORT_S = 3.0
 
@@ -88,7 +83,9 @@ class SimNode(Node):
         self.declare_parameter("recorder_node", "bag_recorder")
         # After the last of `episodes` (> 0) episodes the process exits 0 (launch files end on it).
         self.declare_parameter("exit_when_done", True)
-        param = lambda name: self.get_parameter(name).value  # noqa: E731
+
+        def param(name):
+            return self.get_parameter(name).value
 
         self.mode = str(param("mode"))
         if self.mode not in ("realtime", "lockstep"):

@@ -19,10 +19,8 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArra
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
-JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8)) + (
-    "panda_finger_joint1",
-    "panda_finger_joint2",
-)
+from arm_act.sim.robot import JOINT_NAMES  # re-exported: the joint order of every message
+
 ARM_JOINTS = 7
 GRIPPER_MAX_OPENING = 0.04  # metres per finger, the Panda finger joint's upper limit
 WORLD_FRAME = "world"
@@ -37,6 +35,12 @@ class ConversionError(ValueError):
 
 
 # ---------------------------------------------------------------- time stamps
+# The first published sim time (s): ROS treats time 0 as "not set", and timers on sim time do
+# not start until the clock is non-zero. sim_node starts its clock here; a bag of an
+# in-process episode (bags/episode.py) is stamped from here, as sim_node would stamp it.
+CLOCK_START = 1.0
+
+
 def to_stamp(seconds: float) -> Time:
     """Sim seconds -> builtin_interfaces/Time, rounded to the nanosecond."""
     nanos = int(round(seconds * 1e9))
