@@ -96,6 +96,8 @@ def run(args) -> int:
             **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
             "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
             "episode_time_limit": args.time_limit,
+            # The recording holds the first episode whole; the viewer, not the sim's exit, ends the demo.
+            "wait_for_recorder": args.record is not None, "exit_when_done": False,
         }, config_file("sim.yaml")), env)
         while not viewer.done.is_set():
             problem = children.failed()
