@@ -119,6 +119,8 @@ class BagRecorder(Node):
         self._pending: list[str] = []  # topics waiting for a publisher to show their type
         self._episode_topic = self.resolve_topic_name("episode")
         path = str(param("bag_path")) or time.strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
+        if not str(param("bag_path")) and self.get_namespace() != "/":  # two namespaces, one second
+            path += "_" + self.get_namespace().strip("/").replace("/", "_")
         self.writer = BagWriter(path, (), {}, compression, flush_interval_s=float(param("flush_interval")))
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # flushing must not stop with sim time
         self.create_timer(float(param("flush_interval")), self.flush_callback, clock=steady)
