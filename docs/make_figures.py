@@ -1,0 +1,158 @@
+"""The pictures in README.md and docs/architecture.md, made from the code in this repository.
+
+    python docs/make_figures.py architecture            # docs/architecture.png (matplotlib)
+    python docs/make_figures.py demo                    # docs/demo.png from a fresh evaluation
+    python docs/make_figures.py demo --video FILE.mp4 --frame 18
+
+`architecture` draws the data flow between the nodes and the offline pipeline. `demo` runs
+one episode of the shipped policy in process (`arm-act eval --policy checkpoints/default
+--episodes 1 --seed 100000 --blocks 2-5 --latency-ticks 1 --video DIR`, the same frames the
+live view of `arm-act demo` shows) unless --video names an existing video, and writes one
+mid-episode frame: both cameras with the policy's cross-attention over the patches, the
+target head's guess of the named block (cyan cross), the instruction and the gripper.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+
+# Colours of the three kinds of box: ROS nodes, files on disk, arm-act commands.
+NODE, FILE, COMMAND = "#dbe9f6", "#f6ecd6", "#e3f1dd"
+
+
+def architecture(out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(13, 7.6), dpi=110)
+    ax.set_xlim(0, 13.1)
+    ax.set_ylim(0, 7.6)
+    ax.axis("off")
+
+    def box(x, y, w, h, title, lines=(), colour=NODE, size=12):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.04,rounding_size=0.12",
+                                    facecolor=colour, edgecolor="#333333", linewidth=1.2))
+        if not lines:
+            ax.text(x + w / 2, y + h / 2, title, ha="center", va="center", fontsize=size, weight="bold")
+            return
+        ax.text(x + w / 2, y + h - 0.22, title, ha="center", va="top", fontsize=size, weight="bold")
+        for i, line in enumerate(lines):
+            ax.text(x + 0.15, y + h - 0.62 - 0.3 * i, line, ha="left", va="top", fontsize=9.5)
+
+    def arrow(x0, y0, x1, y1, label="", dy=0.08, colour="#333333"):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                    arrowprops=dict(arrowstyle="-|>", color=colour, linewidth=1.4, shrinkA=2, shrinkB=2))
+        if label:
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2 + dy, label, ha="center", va="bottom", fontsize=9.5,
+                    color=colour, linespacing=1.3)
+
+    ax.text(0.1, 7.45, "Live loop over ROS 2 topics (DDS)", fontsize=13, weight="bold", va="top")
+    box(0.2, 3.5, 3.3, 3.5, "sim_node", [
+        "PyBullet world (ArmEnv):",
+        "  Panda, table, box, 2-6 blocks",
+        "physics thread 'sim_loop':",
+        "  step, render both cameras",
+        "  realtime: paced to the clock",
+        "  lockstep: waits for each",
+        "  tick's command",
+        "~/reset  ~/pause  ~/unpause",
+    ])
+    box(8.3, 3.5, 4.5, 3.5, "policy_node", [
+        "executor thread (single-threaded):",
+        "  callbacks keep the latest observation",
+        "  control tick on /clock, 50 Hz: reads",
+        "  the chunk executor (ensembling)",
+        "worker thread 'inference', per pair:",
+        "  patch tokens + state + instruction",
+        "  -> encoder -> 50 action queries",
+        "  cross-attend -> chunk (50 x 8)",
+        "~/enable  ~/disable",
+    ])
+    red = "#a23b2a"
+    arrow(3.5, 6.45, 8.3, 6.45, "/clock, joint_states (100 Hz)")
+    arrow(3.5, 5.65, 8.3, 5.65, "camera/{front,wrist}/image_raw\n+ camera_info (10 Hz)")
+    arrow(3.5, 4.95, 8.3, 4.95, "task, episode (transient local), objects")
+    arrow(8.3, 4.0, 3.5, 4.0, "arm_controller/commands (7 joints)\ngripper_controller/commands (1)", colour=red)
+    ax.text(5.9, 3.92, "50 Hz, one per control tick", ha="center", va="top", fontsize=9.5, color=red)
+
+    box(0.2, 1.6, 3.3, 1.3, "bag_recorder", ["every live topic -> rosbag2", "MCAP, sim-time stamps"])
+    box(4.3, 1.6, 3.2, 1.3, "viewer (arm-act demo)", ["cameras + attention", "-> window or .mp4"])
+    box(8.3, 1.6, 4.5, 1.3, "policy_node also publishes", [
+        "policy/action_chunk, policy/attention,",
+        "policy/diagnostics",
+    ])
+    arrow(1.85, 3.5, 1.85, 2.9)
+    arrow(3.2, 3.5, 4.9, 2.9)
+    arrow(10.55, 3.5, 10.55, 2.9)
+    arrow(8.3, 2.25, 7.5, 2.25)
+
+    ax.text(0.1, 1.3, "Offline: data -> training -> evaluation (arm-act commands)", fontsize=13, weight="bold",
+            va="top")
+    y, h = 0.1, 0.8
+    steps = [("arm-act collect", COMMAND), ("bags (MCAP)", FILE), ("arm-act train", COMMAND),
+             ("checkpoint dir", FILE), ("arm-act eval, demo", COMMAND)]
+    x, w, gap = 0.2, 2.2, 0.45
+    for i, (label, colour) in enumerate(steps):
+        box(x, y, w, h, label, (), colour, size=10.5)
+        if i < len(steps) - 1:
+            arrow(x + w, y + h / 2, x + w + gap, y + h / 2)
+        x += w + gap
+
+    fig.savefig(out, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
+def demo(out: Path, video: Path | None, frame: int) -> None:
+    import cv2
+
+    if video is None:
+        tmp = Path(tempfile.mkdtemp(prefix="arm_act_demo_"))
+        arm_act = Path(sys.executable).with_name("arm-act")
+        subprocess.run([str(arm_act), "eval", "--policy", str(ROOT / "checkpoints" / "default"), "--episodes", "1",
+                        "--seed", "100000", "--blocks", "2-5", "--latency-ticks", "1", "--threads", "1",
+                        "--video", str(tmp)], check=True)
+        video = next(tmp.glob("*.mp4"))
+    capture = cv2.VideoCapture(str(video))
+    frames = []
+    while True:
+        ok, image = capture.read()
+        if not ok:
+            break
+        frames.append(image)
+    capture.release()
+    if not frames:
+        raise SystemExit(f"{video}: no frames")
+    index = min(frame, len(frames) - 1)
+    cv2.imwrite(str(out), frames[index])
+    print(f"wrote {out} (frame {index} of {len(frames)} from {video})")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="figure", required=True)
+    a = sub.add_parser("architecture")
+    a.add_argument("--out", type=Path, default=DOCS / "architecture.png")
+    d = sub.add_parser("demo")
+    d.add_argument("--out", type=Path, default=DOCS / "demo.png")
+    d.add_argument("--video", type=Path, help="an existing `arm-act eval --video` file (default: run one episode)")
+    d.add_argument("--frame", type=int, default=18, help="frame index (10 frames per second of sim time)")
+    args = parser.parse_args(argv)
+    if args.figure == "architecture":
+        architecture(args.out)
+    else:
+        demo(args.out, args.video, args.frame)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
