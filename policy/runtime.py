@@ -1,5 +1,6 @@
 """The runtime that turns a checkpoint into commands, shared by in-process evaluation and
-the policy node (split as LeRobot splits ACTPolicy and ACTTemporalEnsembler).
+the policy node through ActionSelector (policy/selection.py, which adds the latency rule,
+the limiter and the hold; split as LeRobot splits ACTPolicy and ACTTemporalEnsembler).
 
     runtime = PolicyRuntime.from_checkpoint("checkpoints/default", backend="onnx")
     runtime.reset()
