@@ -113,15 +113,20 @@ def architecture(out: Path) -> None:
 
 
 def demo(out: Path, video: Path | None, frame: int) -> None:
-    import cv2
-
-    if video is None:
-        tmp = Path(tempfile.mkdtemp(prefix="arm_act_demo_"))
+    if video is not None:
+        write_frame(out, video, frame)
+        return
+    with tempfile.TemporaryDirectory(prefix="arm_act_demo_") as tmp:
         arm_act = Path(sys.executable).with_name("arm-act")
         subprocess.run([str(arm_act), "eval", "--policy", str(ROOT / "checkpoints" / "default"), "--episodes", "1",
                         "--seed", "100000", "--blocks", "2-5", "--latency-ticks", "1", "--threads", "1",
-                        "--video", str(tmp)], check=True)
-        video = next(tmp.glob("*.mp4"))
+                        "--video", tmp], check=True)
+        write_frame(out, next(Path(tmp).glob("*.mp4")), frame)
+
+
+def write_frame(out: Path, video: Path, frame: int) -> None:
+    import cv2
+
     capture = cv2.VideoCapture(str(video))
     frames = []
     while True:
