@@ -4,6 +4,7 @@ count; an episode that raises leaves its bag marked incomplete."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -123,9 +124,9 @@ def test_takeover_collection_records_policy_then_expert(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--handover", "5-2"], "--handover '5-2' must satisfy 0 <= LO <= HI"),
+    (["--handover", "5-2"], "handover=(5.0, 2.0) must satisfy 0 <= lo <= hi"),
     (["--handover", "soon"], "--handover 'soon' must be seconds LO-HI"),
-    (["--latency-ticks", "-1"], "--latency-ticks -1 must be >= 0"),
+    (["--latency-ticks", "-1"], "latency_ticks=-1 must be >= 0"),
 ])
 def test_takeover_collection_rejects_bad_options(tmp_path, capsys, args, message):
     assert cli.main(["collect", "--policy", str(SHIPPED), "--episodes", "1", "--out", str(tmp_path / "x"),
@@ -136,7 +137,7 @@ def test_takeover_collection_rejects_bad_options(tmp_path, capsys, args, message
 
 def test_takeover_options_without_a_policy_are_an_error(tmp_path, capsys):
     assert cli.main(["collect", "--handover", "1-2", "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
-    assert "--handover: takeover episodes only; add --policy CKPT_DIR" in capsys.readouterr().err
+    assert "handover=(1.0, 2.0): takeover episodes only; give a policy checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
@@ -146,3 +147,25 @@ def test_takeover_collection_rejects_a_bad_checkpoint(tmp_path, capsys):
                      "--out", str(tmp_path / "x"), *ARGS]) == 2
     err = capsys.readouterr().err
     assert f"--policy {tmp_path / 'ckpt'}" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(perturb=2.0), "perturb_prob=2.0"),
+    (dict(compression="lz4"), "compression='lz4' must be one of"),
+    (dict(latency_ticks=1), "latency_ticks=1: takeover episodes only"),
+    (dict(policy=SHIPPED, handover=(-1, 2)), "handover=(-1, 2) must satisfy"),
+])
+def test_collect_config_quotes_bad_values(tmp_path, kwargs, message):
+    from arm_act.data.collect import CollectConfig
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CollectConfig(out=tmp_path, **kwargs)
+
+
+def test_takeover_defaults_and_handover_times_are_seeded(tmp_path):
+    from arm_act.data.collect import CollectConfig, handover_time
+
+    config = CollectConfig(out=tmp_path, policy=SHIPPED)
+    assert config.handover == (1.0, 10.0) and config.latency_ticks == 1
+    times = [handover_time(seed, config.handover) for seed in (3, 3, 4)]
+    assert times[0] == times[1] != times[2] and all(1.0 <= t <= 10.0 for t in times)

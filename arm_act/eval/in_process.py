@@ -86,31 +86,6 @@ class PolicyAgent:
                 "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
 
 
-class TakeoverAgent:
-    """The policy drives until `handover_s` (sim seconds), then the scripted expert takes over
-    from whatever state the policy left (ScriptedExpert plans from the state it is reset
-    in). Recorded, the expert's part labels the states the policy itself reaches: DAgger's
-    idea (Ross et al. 2011) with the expert's own rollout as the label."""
-
-    def __init__(self, policy: PolicyAgent, expert, handover_s: float):
-        if not handover_s >= 0:
-            raise ValueError(f"handover_s={handover_s} must be >= 0")
-        self.policy, self.expert, self.handover_s = policy, expert, float(handover_s)
-        self.handover_tick: int | None = None  # the first tick the expert commanded
-
-    def reset(self, obs) -> None:
-        self.handover_tick = None
-        self.policy.reset(obs)
-
-    def act(self, obs):
-        if obs.time < self.handover_s - 1e-9:
-            return self.policy.act(obs)
-        if self.handover_tick is None:
-            self.handover_tick = obs.tick
-            self.expert.reset(obs)
-        return self.expert.act(obs)
-
-
 def named_block_position(objects, instruction: str) -> np.ndarray | None:
     """The position of the block whose colour the instruction names, if exactly one does."""
     words = set(instruction.split())

@@ -1,0 +1,343 @@
+"""Collection: scripted-expert (or takeover) episodes recorded as bags, one per episode.
+
+    config = CollectConfig(out=Path("data/demos"), perturb=0.1)
+    summary = collect(config, episodes=200, seed=0, blocks=(2, 5), workers=2)
+
+Episode i has seed S+i and a block count drawn from that seed (arm_act.common.episodes, the
+same schedule as sim_node and `arm-act eval`); its bag is OUT/episode_<seed>, written in
+process and in lockstep by run_episode (arm_act.bags.episode), with the topics and messages
+the live system publishes, stamped with sim time. The expert's perturbations come from
+perturbation_rng(seed) (arm_act.sim.expert), so a run is reproducible bag for bag whatever
+the worker count. Failed expert episodes are kept, marked success: "false" in custom_data.
+
+Takeover episodes (CollectConfig.policy set): the policy drives each episode (in process,
+with CollectConfig.latency_ticks) until a handover time drawn uniformly from
+CollectConfig.handover by handover_time(seed); then the scripted expert takes over from that
+state and finishes the task. The whole episode is recorded; custom_data expert_from_s marks
+where the expert's commands start ("none" when the episode ended first), and training uses
+only the frames from there on.
+
+Each worker process holds one CollectionWorker (an env, and the policy runtime for
+takeover episodes); nothing is kept in module globals, so runs in one process never share
+state.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arm_act.bags import BagError, bag_info
+from arm_act.bags.episode import EpisodeBagRecorder, bag_name
+from arm_act.common.episodes import EpisodeSpec, episode_spec
+
+logger = logging.getLogger(__name__)
+
+COMPRESSIONS = (None, "zstd")
+DEFAULT_HANDOVER = (1.0, 10.0)  # s
+DEFAULT_TAKEOVER_LATENCY = 1  # control ticks
+HANDOVER_SEED_OFFSET = 2_000_003  # apart from the scene (seed) and the perturbations (seed + 1_000_003)
+
+
+class CollectError(Exception):
+    """Collection cannot start or stopped; the message is one line."""
+
+
+def handover_time(seed: int, handover: tuple[float, float]) -> float:
+    """The handover time (sim s) of the takeover episode with this seed, uniform in the range."""
+    lo, hi = handover
+    return float(np.random.default_rng(int(seed) + HANDOVER_SEED_OFFSET).uniform(lo, hi))
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What every episode of a collection run shares. handover and latency_ticks apply to
+    takeover episodes only (policy set); None there means the defaults (1-10 s, 1 tick)."""
+
+    out: Path
+    perturb: float = 0.0
+    control_rate: int = 50
+    camera_rate: int = 10
+    compression: str | None = None
+    policy: Path | None = None
+    handover: tuple[float, float] | None = None
+    latency_ticks: int | None = None
+
+    def __post_init__(self):
+        from arm_act.sim import ExpertConfig
+
+        object.__setattr__(self, "out", Path(self.out))
+        self.sim_config()  # raises ValueError for bad rates
+        ExpertConfig(perturb_prob=self.perturb)  # ... and for a bad perturbation probability
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression={self.compression!r} must be one of {list(COMPRESSIONS)}")
+        if self.policy is None:
+            given = [f"{name}={value}" for name, value in (("handover", self.handover),
+                                                           ("latency_ticks", self.latency_ticks))
+                     if value is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)}: takeover episodes only; give a policy checkpoint")
+            return
+        object.__setattr__(self, "policy", Path(self.policy))
+        if self.handover is None:
+            object.__setattr__(self, "handover", DEFAULT_HANDOVER)
+        if self.latency_ticks is None:
+            object.__setattr__(self, "latency_ticks", DEFAULT_TAKEOVER_LATENCY)
+        lo, hi = map(float, self.handover)
+        if not (0 <= lo <= hi < math.inf):
+            raise ValueError(f"handover={self.handover} must satisfy 0 <= lo <= hi < inf (seconds)")
+        object.__setattr__(self, "handover", (lo, hi))
+        if self.latency_ticks < 0:
+            raise ValueError(f"latency_ticks={self.latency_ticks} must be >= 0")
+
+    def sim_config(self):
+        from arm_act.sim import SimConfig
+
+        return SimConfig(control_rate_hz=self.control_rate, camera_rate_hz=self.camera_rate)
+
+    def load_policy(self):
+        """The takeover policy's runtime (one inference thread, as every worker runs one);
+        CheckpointError or ValueError for a checkpoint that does not fit the sim."""
+        from arm_act.policy.runtime import PolicyRuntime
+
+        sim = self.sim_config()
+        return PolicyRuntime.from_checkpoint(self.policy, threads=1, cameras=tuple(c.name for c in sim.cameras),
+                                             image_size=sim.cameras[0].height)
+
+
+class TakeoverAgent:
+    """The policy drives until `handover_s` (sim seconds), then the scripted expert takes over
+    from whatever state the policy left (ScriptedExpert plans from the state it is reset
+    in). Recorded, the expert's part labels the states the policy itself reaches: DAgger's
+    idea (Ross et al. 2011) with the expert's own rollout as the label."""
+
+    def __init__(self, policy, expert, handover_s: float):
+        """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
+        if not handover_s >= 0:
+            raise ValueError(f"handover_s={handover_s} must be >= 0")
+        self.policy, self.expert, self.handover_s = policy, expert, float(handover_s)
+        self.handover_tick: int | None = None  # the first tick the expert commanded
+
+    def reset(self, obs) -> None:
+        self.handover_tick = None
+        self.policy.reset(obs)
+
+    def act(self, obs):
+        if obs.time < self.handover_s - 1e-9:
+            return self.policy.act(obs)
+        if self.handover_tick is None:
+            self.handover_tick = obs.tick
+            self.expert.reset(obs)
+        return self.expert.act(obs)
+
+
+class CollectionWorker:
+    """One process's env (and takeover policy runtime) that runs and records episodes.
+
+    with CollectionWorker(config) as worker:
+        record = worker.collect(spec)
+    """
+
+    def __init__(self, config: CollectConfig):
+        from arm_act.sim import ArmEnv
+
+        self.config = config
+        self.env = ArmEnv(config.sim_config())
+        self.runtime = None
+        try:
+            if config.policy is not None:
+                self.runtime = config.load_policy()
+        except BaseException:
+            self.env.close()
+            raise
+
+    def close(self) -> None:
+        self.env.close()
+        self.runtime = None
+
+    def __enter__(self) -> CollectionWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _agent(self, spec: EpisodeSpec, expert):
+        """The episode's agent and its custom_data."""
+        config = self.config
+        metadata = {"expert": "scripted", "perturb_prob": config.perturb}
+        if config.policy is None:
+            return expert, metadata
+        from arm_act.eval.in_process import PolicyAgent
+
+        handover = handover_time(spec.seed, config.handover)
+        policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz)
+        metadata.update(policy=str(config.policy), handover_s=round(handover, 6))
+        return TakeoverAgent(policy, expert, handover), metadata
+
+    def collect(self, spec: EpisodeSpec) -> dict:
+        """Run and record one episode; returns its record."""
+        from arm_act.sim import ExpertConfig, perturbation_rng
+        from arm_act.sim.rollout import ExpertAgent, run_episode
+
+        env, config = self.env, self.config
+        expert = ExpertAgent(ExpertConfig(perturb_prob=config.perturb), rng=perturbation_rng(spec.seed))
+        agent, metadata = self._agent(spec, expert)
+        recorder = EpisodeBagRecorder.for_rollout(config.out, env, spec, compression=config.compression, **metadata)
+        try:
+            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
+                                 on_tick=recorder.on_tick(env, agent))
+        except BaseException as exc:
+            recorder.abort(f"episode failed: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            expert.close()
+        record, final = {}, {}
+        if agent is not expert:
+            tick = agent.handover_tick
+            final["expert_from_s"] = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
+            record["expert_from_s"] = None if tick is None else float(final["expert_from_s"])
+        recorder.finish(result, **final)
+        return {"seed": result.seed, "n_blocks": result.n_blocks, "status": result.status,
+                "success": bool(result.success), "duration_s": round(float(result.duration), 4),
+                "ticks": result.ticks, "frames": recorder.frames, "bag": str(recorder.path),
+                "bytes": sum(f.stat().st_size for f in recorder.path.iterdir()), **record}
+
+
+# ---------------------------------------------------------------- a run
+def plan(config: CollectConfig, specs: Sequence[EpisodeSpec], resume: bool) -> tuple[list[EpisodeSpec], int]:
+    """The episodes still to collect and how many complete bags are kept. Bags are never
+    overwritten: without `resume`, an existing bag is a CollectError; with it, complete
+    bags are kept and incomplete ones renamed to <name>.incomplete (never deleted)."""
+    existing = [s for s in specs if (config.out / bag_name(s.seed)).exists()]
+    if existing and not resume:
+        names = [bag_name(s.seed) for s in existing]
+        raise CollectError(f"{config.out} already holds {', '.join(names[:3])}{' ...' if len(names) > 3 else ''};"
+                           " bags are never overwritten (--resume to keep them and collect the rest)")
+    done = set()
+    for spec in existing:
+        path = config.out / bag_name(spec.seed)
+        try:
+            complete = bag_info(path).complete
+        except BagError:
+            complete = False
+        if complete:
+            done.add(spec.seed)
+            continue
+        aside = path.with_name(path.name + ".incomplete")
+        if aside.exists():
+            raise CollectError(f"{aside} exists; remove it or move it away first")
+        path.rename(aside)
+    return [s for s in specs if s.seed not in done], len(done)
+
+
+def _worker_process(config: CollectConfig, tasks, results) -> None:
+    """A worker process: one CollectionWorker for all its episodes, until a None task."""
+    try:
+        worker = CollectionWorker(config)
+    except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
+        results.put((None, f"worker start: {type(exc).__name__}: {exc}"))
+        return
+    with worker:
+        while (spec := tasks.get()) is not None:
+            try:
+                results.put((worker.collect(spec), None))
+            except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
+                results.put((None, f"seed {spec.seed}: {type(exc).__name__}: {exc}"))
+
+
+def _run_in_processes(config: CollectConfig, specs: list[EpisodeSpec], workers: int,
+                      done: Callable[[dict], None]) -> None:
+    # spawn: PyBullet and DDS state must not be forked; one env per worker process.
+    context = multiprocessing.get_context("spawn")
+    tasks, results = context.Queue(), context.Queue()
+    for spec in specs:
+        tasks.put(spec)
+    processes = [context.Process(target=_worker_process, args=(config, tasks, results), daemon=True)
+                 for _ in range(min(workers, len(specs)))]
+    for process in processes:
+        tasks.put(None)
+        process.start()
+    try:
+        for _ in specs:
+            while True:
+                try:
+                    record, error = results.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not any(p.is_alive() for p in processes):
+                        raise RuntimeError("every worker process exited before the run was complete") from None
+            if error is not None:
+                raise RuntimeError(error)
+            done(record)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=10.0)
+
+
+def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, int], *, workers: int = 1,
+            resume: bool = False, on_record: Callable[[dict], None] | None = None) -> dict:
+    """Collect `episodes` episodes from `seed` (module docstring) into config.out; returns the
+    summary (totals and every episode's record, sorted by seed). on_record(record) is called
+    as each episode ends. Raises ValueError for bad arguments, CheckpointError for a takeover
+    checkpoint that does not load (before any episode runs) and CollectError when the run
+    cannot start or an episode fails."""
+    if episodes < 1 or workers < 1:
+        raise ValueError(f"episodes={episodes} and workers={workers} must be >= 1")
+    if config.policy is not None:  # a bad checkpoint fails here, before any worker starts
+        from arm_act.policy.checkpoint import CheckpointError
+
+        try:
+            config.load_policy()
+        except (CheckpointError, ValueError, OSError) as exc:
+            raise CheckpointError(f"{config.policy}: {exc}") from None
+    specs = [episode_spec(i, seed, blocks) for i in range(episodes)]
+    specs, kept = plan(config, specs, resume)
+    if kept:
+        logger.info("resuming: %d complete bags kept, %d episodes to collect", kept, len(specs))
+    try:
+        config.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CollectError(f"cannot create {config.out}: {exc.strerror or exc}") from None
+
+    started = time.monotonic()
+    records: list[dict] = []
+
+    def done(record: dict) -> None:
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    try:
+        if workers == 1:
+            with CollectionWorker(config) as worker:
+                for spec in specs:
+                    done(worker.collect(spec))
+        elif specs:
+            _run_in_processes(config, specs, workers, done)
+    except Exception as exc:  # noqa: BLE001 - BagError, sim errors, a worker's RuntimeError: one line
+        raise CollectError(f"collect stopped: {exc}") from None
+    records.sort(key=lambda r: r["seed"])
+    return {
+        "out": str(config.out), "episodes": len(records), "successes": sum(r["success"] for r in records),
+        "frames": sum(r["frames"] for r in records), "ticks": sum(r["ticks"] for r in records),
+        "bytes": sum(r["bytes"] for r in records), "wall_time_s": round(time.monotonic() - started, 2),
+        "seed": seed, "blocks": _range_text(blocks), "perturb": config.perturb, "workers": workers,
+        "policy": None if config.policy is None else str(config.policy),
+        "handover": None if config.handover is None else _range_text(config.handover),
+        "episodes_detail": records,
+    }
+
+
+def _range_text(bounds) -> str:
+    """(2, 5) -> "2-5", (3, 3) -> "3", (1.0, 10.0) -> "1-10": the command line's spelling."""
+    lo, hi = (f"{float(v):g}" for v in bounds)
+    return lo if lo == hi else f"{lo}-{hi}"
