@@ -14,7 +14,9 @@ from tests.conftest import spin_until
 
 def run_lockstep_pair(context, checkpoint, seed: int, time_limit: float, latency_ticks: int = 1, threads: int = 1):
     """-> (episode info from sim_node, in-process EpisodeResult, {tick: ROS joint positions},
-    {tick: in-process joint positions}). Equal torch thread counts make inference identical."""
+    {tick: in-process joint positions}), each over the whole episode. Equal torch thread
+    counts make inference identical. The probe is matched by the sim's joint-state publisher
+    before the policy node exists, and the sim waits for a controller, so it sees every tick."""
     from arm_act.eval.in_process import PolicyAgent
     from arm_act.nodes.policy_node import PolicyNode
     from arm_act.nodes.sim_node import SimNode
@@ -31,18 +33,26 @@ def run_lockstep_pair(context, checkpoint, seed: int, time_limit: float, latency
                               lambda m: states.setdefault(conv.stamp_to_ns(m.header.stamp), np.array(m.position)), 100)
     sim = SimNode(context=context, parameter_overrides=params(
         mode="lockstep", episodes=1, seed=seed, blocks="2-5", episode_time_limit=time_limit))
-    policy = PolicyNode(context=context, parameter_overrides=params(
-        mode="lockstep", checkpoint=str(checkpoint), latency_ticks=latency_ticks, torch_threads=threads))
+    (joint_pub,) = [p for p in sim.publishers if p.topic_name == "/joint_states"]
     executor = SingleThreadedExecutor(context=context)
-    for node in (probe, sim, policy):
+    nodes = [probe, sim]
+    for node in nodes:
         executor.add_node(node)
     try:
+        assert spin_until(executor, lambda: joint_pub.get_subscription_count() > 0, timeout=30)
+        policy = PolicyNode(context=context, parameter_overrides=params(
+            mode="lockstep", checkpoint=str(checkpoint), latency_ticks=latency_ticks, torch_threads=threads))
+        nodes.append(policy)
+        executor.add_node(policy)
         assert spin_until(executor, lambda: sim.finished, timeout=120)
+        (info,) = sim.finished
+        # One joint state per control tick (lockstep does not publish the final state as a tick).
+        ticks = round(info.time * info.control_rate)
+        assert spin_until(executor, lambda: len(states) >= ticks, timeout=10)
     finally:
-        for node in (probe, sim, policy):
+        for node in nodes:
             node.destroy_node()
         executor.shutdown()
-    (info,) = sim.finished
     env = ArmEnv(SimConfig(episode_time_limit=time_limit))
     trajectory = {}
     try:
@@ -51,5 +61,5 @@ def run_lockstep_pair(context, checkpoint, seed: int, time_limit: float, latency
                              on_tick=lambda o, c: trajectory.setdefault(o.tick, o.joint_state.position.copy()))
     finally:
         env.close()
-    ros = {info.tick_of(stamp): q for stamp, q in states.items()}  # the probe may miss tick 0
+    ros = {info.tick_of(stamp): q for stamp, q in states.items()}
     return info, result, ros, trajectory
