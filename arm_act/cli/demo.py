@@ -36,6 +36,12 @@ def configure(parser) -> None:
     parser.add_argument("--gui", action="store_true", help="open PyBullet's own viewer")
     parser.add_argument("--video", type=Path, help="write the live view to this MP4 (default when no display)")
     parser.add_argument("--no-view", action="store_true", help="neither window nor video")
+    parser.add_argument("--viewer", choices=("auto", "rerun"), default="auto",
+                        help="auto: window or MP4 (above); rerun: stream the run to Rerun (docs/viewer.md)")
+    parser.add_argument("--save", type=Path, metavar="FILE.rrd", help="with --viewer rerun: write the recording here")
+    parser.add_argument("--web", action="store_true",
+                        help="with --viewer rerun: serve Rerun's web viewer on 127.0.0.1, up until Ctrl-C")
+    parser.add_argument("--port", type=int, default=9090, help="web viewer port (default 9090; 0: any free port)")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
@@ -47,6 +53,21 @@ def configure(parser) -> None:
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _open_rerun(args, executor):
+    """The Rerun output (arm_act.view.live) with its node spinning in the demo's executor."""
+    from arm_act.view import ViewerError
+    from arm_act.view.live import LiveRerun
+
+    try:
+        live = LiveRerun(save=args.save, web=args.web, port=args.port)
+    except ViewerError as exc:
+        raise CommandError(str(exc)) from None
+    executor.add_node(live.node)
+    if live.url:
+        print(f"web viewer: {live.url}", flush=True)
+    return live
 
 
 def run(args) -> int:
@@ -69,7 +90,7 @@ def run(args) -> int:
         env["ROS_DOMAIN_ID"] = str(args.domain_id)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     children = NodeProcesses()
-    view = None
+    view = live = None
     rclpy.init(args=None, domain_id=int(env.get("ROS_DOMAIN_ID", "0")))
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the children too
     viewer = DemoViewer(episodes=args.episodes)
@@ -79,7 +100,8 @@ def run(args) -> int:
     spinner.start()
     interrupted = False
     try:
-        view = None if args.no_view else open_view(args.video)
+        live = _open_rerun(args, executor) if args.viewer == "rerun" else None
+        view = None if args.no_view or (live is not None and args.video is None) else open_view(args.video)
         common = {"use_sim_time": True, "mode": "realtime", "control_rate": args.control_rate}
         if args.record is not None:
             if args.record.exists():
@@ -117,6 +139,9 @@ def run(args) -> int:
         # without an active exception", exit -6, about 1 run in 5 here).
         spinner.join(timeout=5.0)
         viewer.destroy_node()
+        if live is not None:
+            live.close()
+            live.node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
         if view is not None:
@@ -132,4 +157,11 @@ def run(args) -> int:
             print(f"no camera frames reached the viewer; {view.path} was not written", file=sys.stderr)
     if args.record is not None:
         print(f"bag written to {args.record}")
+    if live is not None:
+        if live.save is not None:
+            print(f"rerun recording written to {live.save} ({live.node.messages} messages)")
+        if live.server is not None and not interrupted:
+            print(f"serving {live.url} until Ctrl-C", flush=True)
+            live.serve_until_interrupted()
+        live.stop_server()
     return 130 if interrupted else 0

@@ -19,6 +19,7 @@ COMMANDS = {
     "train": "train a policy checkpoint from bags",
     "eval": "closed-loop success rate over seeded episodes (checkpoint or expert)",
     "report": "metrics and plots from recorded bags",
+    "view": "recorded bags in Rerun (cameras with attention, 3D, joints, diagnostics): --save FILE.rrd or --web",
     "bench": "latency and throughput figures of the policy and the loop",
     "budget": "tokens, parameters and FLOPs of a policy config against the control period",
 }

@@ -11,6 +11,33 @@ import numpy as np
 SCALE = 3  # 96 px cameras drawn at 288 px
 
 
+HEAT_ALPHA = 0.6  # opacity of the most attended patch; unattended patches stay as the camera saw them
+
+
+def attention_heat(grid: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(g, g) attention weights -> (height, width) float32 in 0..1, normalised to the grid's
+    maximum, each patch a constant block (nearest-neighbour upscaling)."""
+    g = np.asarray(grid, dtype=np.float32)
+    if g.ndim != 2 or g.size == 0:
+        raise ValueError(f"attention grid has shape {g.shape}, expected (rows, cols)")
+    peak = float(g.max())
+    heat = g / peak if peak > 0 else np.zeros_like(g)
+    return cv2.resize(heat, (width, height), interpolation=cv2.INTER_NEAREST)
+
+
+def heat_colours(heat: np.ndarray) -> np.ndarray:
+    """(H, W) float in 0..1 -> (H, W, 3) uint8 RGB (inferno colour map)."""
+    return cv2.applyColorMap((np.clip(heat, 0, 1) * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[:, :, ::-1]
+
+
+def attention_rgba(grid: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(g, g) attention -> (height, width, 4) uint8 RGBA heat map whose opacity follows the
+    weight, to lay over a camera image (Rerun draws it as its own layer)."""
+    heat = attention_heat(grid, height, width)
+    alpha = (HEAT_ALPHA * 255 * heat).astype(np.uint8)
+    return np.concatenate([heat_colours(heat), alpha[:, :, None]], axis=2)
+
+
 def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCALE) -> np.ndarray:
     """(H, W, 3) uint8 RGB + (g, g) attention -> (H*scale, W*scale, 3) uint8 RGB with the
     weights as a heat map (normalised to this image's maximum) and the patch grid."""
@@ -18,11 +45,9 @@ def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCA
     if grid is None:
         return big
     g = np.asarray(grid, dtype=np.float32)
-    heat = g / g.max() if g.max() > 0 else g
-    heat = cv2.resize(heat, (big.shape[1], big.shape[0]), interpolation=cv2.INTER_NEAREST)
-    colour = cv2.applyColorMap((heat * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[:, :, ::-1]
-    alpha = (0.6 * heat)[:, :, None]  # unattended patches stay as the camera saw them
-    out = (big * (1 - alpha) + colour * alpha).astype(np.uint8)
+    heat = attention_heat(g, big.shape[0], big.shape[1])
+    alpha = (HEAT_ALPHA * heat)[:, :, None]
+    out = (big * (1 - alpha) + heat_colours(heat) * alpha).astype(np.uint8)
     step_y, step_x = big.shape[0] // g.shape[0], big.shape[1] // g.shape[1]
     out[::step_y, :, :] = (out[::step_y, :, :] * 0.75).astype(np.uint8)  # faint patch grid
     out[:, ::step_x, :] = (out[:, ::step_x, :] * 0.75).astype(np.uint8)
@@ -35,7 +60,7 @@ def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray
     """One RGB frame: the cameras side by side with attention, and a caption bar. marks:
     {camera: (u, v) pixel} drawn as a cyan cross (where the policy thinks the named block is)."""
     panels = [attention_overlay(rgb, attention.get(name) if attention else None) for name, rgb in images.items()]
-    for name, panel in zip(images, panels):
+    for name, panel in zip(images, panels, strict=True):
         uv = (marks or {}).get(name)
         if uv is not None and np.all(np.isfinite(uv)):
             u, v = (int(round(c * SCALE)) for c in uv)
@@ -51,7 +76,7 @@ def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray
     )
     cv2.putText(caption, f"t={time_s:5.2f}s  {status}  {grip}", (8, 48), font, 0.5, (200, 200, 200), 1, cv2.LINE_AA)
     x = 8
-    for name, panel in zip(images, panels):
+    for name, panel in zip(images, panels, strict=True):
         cv2.putText(row, name, (x, 16), font, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
         x += panel.shape[1]
     return np.concatenate([row, caption], axis=0)
