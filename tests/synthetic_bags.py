@@ -144,11 +144,3 @@ def write_demo_bag(path: Path, ticks: int = 30, *, control_rate: int = 50, camer
         end_ns = start_ns + int(round(ticks * period))
         write(writer, "/episode", end_ns, episode(final_state, ticks / control_rate))
     return path
-
-
-def write_demo_set(root: Path, n: int, ticks: int = 30, **kwargs) -> list[Path]:
-    """n bags under root/episode_000NN with different lengths."""
-    return [write_demo_bag(root / f"episode_{i:05d}", ticks + 5 * i, seed=i, **kwargs)
-            for i in range(n)]
-
-

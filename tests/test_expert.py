@@ -37,7 +37,8 @@ def test_expert_succeeds(env, seed, n_blocks):
     agent.close()
     assert result.status == "success" and result.success
     assert result.ticks == round(result.duration * 50) and result.duration < 0.5 * env.config.episode_time_limit
-    assert kinds[:7] == list(WaypointKind)[:7]  # the typed waypoints, in order, no retries
+    # The typed waypoints in order, no retries: the episode succeeds during the release.
+    assert kinds == list(WaypointKind)[:7]
 
 
 def test_run_episode_renders_on_camera_ticks(env):
