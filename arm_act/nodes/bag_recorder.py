@@ -299,7 +299,10 @@ def main(args=None) -> int:
             recorder.destroy_node()
         rclpy.try_shutdown()
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # Called in process: the caller's handlers back. A process on its way out ignores
+            # them instead: Python's finalization would put SIG_DFL back, and the second SIGINT
+            # of a process group would kill it while it unloads.
+            signal.signal(sig, handler if args is not None else signal.SIG_IGN)
     return code
 
 

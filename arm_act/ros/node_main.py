@@ -77,10 +77,14 @@ def _done(node) -> bool:
     return bool(done is not None and done.is_set())
 
 
-def run_node(node_class, args=None, use_sim_time: bool = True) -> int:
+def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: bool = True) -> int:
     """Create `node_class()`, spin it until a signal, its `done` event or a context shutdown,
     destroy it and shut rclpy down. Returns the exit status (0, or 1 when the node failed or
-    could not be created; the reason is one line on stderr, not a traceback)."""
+    could not be created; the reason is one line on stderr, not a traceback).
+
+    restore_signals=False keeps our handlers installed afterwards: a process about to exit
+    must not get Python's KeyboardInterrupt back for a signal still on its way (the second
+    SIGINT of a process group arrives a moment after the first)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     argv = list(sys.argv if args is None else args)
     if use_sim_time:
@@ -112,12 +116,23 @@ def run_node(node_class, args=None, use_sim_time: bool = True) -> int:
             status = status or 1
         finally:
             rclpy.try_shutdown()
-            signals.restore()
+            if restore_signals:
+                signals.restore()
     return status
+
+
+def ignore_stop_signals() -> None:
+    """For a process on its way out: ignore SIGINT/SIGTERM from here on. Python's finalization
+    puts a Python-level handler back to SIG_DFL (an ignored signal stays ignored), and a second
+    SIGINT arriving while torch and PyBullet unload would then kill the process (-2)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def spin_node(node_class, args=None, use_sim_time: bool = True) -> None:
     """The console-script main: run_node, then exit with its status."""
-    status = run_node(node_class, args, use_sim_time=use_sim_time)
+    status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False)
+    ignore_stop_signals()
     if status:
         sys.exit(status)
