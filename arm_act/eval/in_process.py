@@ -1,18 +1,23 @@
-"""Closed-loop evaluation of a checkpoint in process, with an honest latency model.
+"""Closed-loop episodes in process: the policy agent and the runners of `arm-act eval`.
 
 A chunk computed from the camera pair of tick c becomes usable `latency_ticks` control
 ticks later (default: this machine's measured median inference latency, rounded up to
 whole ticks); until then the previous chunks keep driving the arm. The delay is counted in
-ticks, not measured per call, so the same seed gives the same result on any machine.
+ticks, not measured per call, so the same seed gives the same result on any machine; the
+rule lives in arm_act.policy.selection.ActionSelector, which policy_node uses too.
+
+    runner = PolicyRunner.load(checkpoint, sim_config, PolicySettings(latency_ticks=1))
+    record = runner.run(env, spec)        # one episode -> its record (episode_record)
 """
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from arm_act.cli.main import CommandError
 from arm_act.common.viz import VideoWriter, compose_frame
 
 logger = logging.getLogger(__name__)
@@ -93,67 +98,135 @@ def named_block_position(objects, instruction: str) -> np.ndarray | None:
     return np.asarray(found[0].position, dtype=np.float64) if len(found) == 1 else None
 
 
-def make_policy_runner_factory(args, sim_config, checkpoint: Path):
-    from arm_act.policy.checkpoint import CheckpointError
-    from arm_act.policy.runtime import PolicyRuntime, measure_latency_ticks
-
-    cameras = tuple(c.name for c in sim_config.cameras)
-    try:
-        runtime = PolicyRuntime.from_checkpoint(
-            checkpoint, execution=args.execution, m=args.ensemble_m, threads=args.threads,
-            cameras=cameras, image_size=sim_config.cameras[0].height,
-            backend=getattr(args, "backend", "torch"),
-        )
-    except (CheckpointError, ValueError) as exc:
-        raise CommandError(str(exc)) from None
-    if args.ideal:
-        latency_ticks, measured = 0, None
-    elif args.latency_ticks is not None:
-        latency_ticks, measured = args.latency_ticks, None
-    else:
-        latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
-        logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
-
-    class Runner:
-        def __init__(self, spec):
-            self.spec = spec
-
-        def run(self, env, spec) -> dict:
-            from arm_act.cli.eval import episode_record
-            from arm_act.sim.rollout import run_episode
-
-            video = None
-            if args.video is not None:
-                video = VideoWriter(Path(args.video) / f"episode_{spec.seed}.mp4", fps=sim_config.camera_rate_hz)
-            agent = PolicyAgent(runtime, latency_ticks, video=video, control_rate=sim_config.control_rate_hz,
-                                max_joint_speed=args.max_joint_speed,
-                                project=lambda camera, points: env.camera(camera).project(points))
-            recorder = None
-            if args.bags is not None:
-                from arm_act.bags.episode import EpisodeBagRecorder
-
-                recorder = EpisodeBagRecorder.for_rollout(Path(args.bags), env, spec, policy=str(checkpoint))
-            try:
-                result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
-                                     on_tick=recorder.on_tick(env, agent) if recorder else None)
-            finally:
-                if video is not None:
-                    video.close()
-            if recorder is not None:
-                recorder.finish(result)
-            record = episode_record(result)
-            record.update(agent.partial_progress(result.instruction))
-            if agent.grounding() is not None:
-                record["target_error"] = agent.grounding()
-            return record
-
-    describe = {
-        "checkpoint": str(checkpoint),
-        "execution": args.execution,
-        "backend": runtime.backend,
-        "ensemble_m": args.ensemble_m,
-        "latency_ticks": latency_ticks,
-        "measured_latency_ms": None if measured is None else round(measured * 1e3, 2),
-        "ideal": bool(args.ideal),
+def episode_record(result) -> dict:
+    """The record of one episode in `arm-act eval`'s results (sim.rollout.EpisodeResult in)."""
+    return {
+        "seed": result.seed,
+        "n_blocks": result.n_blocks,
+        "instruction": result.instruction,
+        "status": result.status,
+        "success": bool(result.success),
+        "duration": round(float(result.duration), 4),
     }
-    return Runner, describe
+
+
+class ExpertRunner:
+    """Runs one scripted-expert episode (no rendering: the expert reads object poses), its
+    perturbation generator seeded by the episode seed (sim.expert.perturbation_rng)."""
+
+    describe = "expert"
+
+    def run(self, env, spec) -> dict:
+        from arm_act.sim import perturbation_rng
+        from arm_act.sim.rollout import ExpertAgent, run_episode
+
+        agent = ExpertAgent(rng=perturbation_rng(spec.seed))
+        try:
+            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=False)
+        finally:
+            agent.close()
+        return episode_record(result)
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """How a checkpoint runs: executor, latency model, threads, backend, command limiter.
+    latency_ticks None means: measure this machine's inference latency; ideal means zero
+    latency whatever latency_ticks says (the ablation)."""
+
+    execution: str = "ensemble"
+    ensemble_m: float = 0.1
+    latency_ticks: int | None = None
+    ideal: bool = False
+    threads: int = 2
+    backend: str = "torch"
+    max_joint_speed: float = 3.0
+
+    def __post_init__(self):
+        from arm_act.policy.runtime import BACKENDS
+
+        if self.execution not in ("ensemble", "queue"):
+            raise ValueError(f"execution={self.execution!r} must be 'ensemble' or 'queue'")
+        if not (math.isfinite(self.ensemble_m) and self.ensemble_m >= 0):
+            raise ValueError(f"ensemble_m={self.ensemble_m} must be a finite number >= 0")
+        if self.latency_ticks is not None and self.latency_ticks < 0:
+            raise ValueError(f"latency_ticks={self.latency_ticks} must be >= 0")
+        if self.threads < 1:
+            raise ValueError(f"threads={self.threads} must be >= 1")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} must be one of {list(BACKENDS)}")
+        if not (math.isfinite(self.max_joint_speed) and self.max_joint_speed > 0):
+            raise ValueError(f"max_joint_speed={self.max_joint_speed} must be > 0")
+
+
+class PolicyRunner:
+    """Runs one checkpoint episode in process (rendering both cameras), optionally writing a
+    video per episode (video_dir/episode_<seed>.mp4) and a bag per episode (bags_dir)."""
+
+    def __init__(self, runtime, checkpoint: Path, sim_config, settings: PolicySettings, latency_ticks: int,
+                 measured_latency_s: float | None = None, video_dir: Path | None = None,
+                 bags_dir: Path | None = None):
+        self.runtime, self.checkpoint, self.sim_config = runtime, Path(checkpoint), sim_config
+        self.settings, self.latency_ticks = settings, int(latency_ticks)
+        self.video_dir = None if video_dir is None else Path(video_dir)
+        self.bags_dir = None if bags_dir is None else Path(bags_dir)
+        self.describe = {
+            "checkpoint": str(checkpoint),
+            "execution": settings.execution,
+            "backend": runtime.backend,
+            "ensemble_m": settings.ensemble_m,
+            "latency_ticks": self.latency_ticks,
+            "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
+            "ideal": bool(settings.ideal),
+        }
+
+    @classmethod
+    def load(cls, checkpoint: Path, sim_config, settings: PolicySettings, video_dir: Path | None = None,
+             bags_dir: Path | None = None) -> PolicyRunner:
+        """Load the checkpoint for the sim's cameras and fix the latency (settings, else
+        measured here). Raises CheckpointError or ValueError for a checkpoint that does not
+        load or fit the sim."""
+        from arm_act.policy.runtime import PolicyRuntime, measure_latency_ticks
+
+        runtime = PolicyRuntime.from_checkpoint(
+            checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
+            cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
+            backend=settings.backend)
+        measured = None
+        if settings.ideal:
+            latency_ticks = 0
+        elif settings.latency_ticks is not None:
+            latency_ticks = settings.latency_ticks
+        else:
+            latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
+            logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
+        return cls(runtime, checkpoint, sim_config, settings, latency_ticks, measured, video_dir, bags_dir)
+
+    def run(self, env, spec) -> dict:
+        from arm_act.sim.rollout import run_episode
+
+        video = None
+        if self.video_dir is not None:
+            video = VideoWriter(self.video_dir / f"episode_{spec.seed}.mp4", fps=self.sim_config.camera_rate_hz)
+        agent = PolicyAgent(self.runtime, self.latency_ticks, video=video,
+                            control_rate=self.sim_config.control_rate_hz,
+                            max_joint_speed=self.settings.max_joint_speed,
+                            project=lambda camera, points: env.camera(camera).project(points))
+        recorder = None
+        if self.bags_dir is not None:
+            from arm_act.bags.episode import EpisodeBagRecorder
+
+            recorder = EpisodeBagRecorder.for_rollout(self.bags_dir, env, spec, policy=str(self.checkpoint))
+        try:
+            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
+                                 on_tick=recorder.on_tick(env, agent) if recorder else None)
+        finally:
+            if video is not None:
+                video.close()
+        if recorder is not None:
+            recorder.finish(result)
+        record = episode_record(result)
+        record.update(agent.partial_progress(result.instruction))
+        if agent.grounding() is not None:
+            record["target_error"] = agent.grounding()
+        return record

@@ -11,12 +11,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from arm_act.common.progress import progress_bar
 
+if TYPE_CHECKING:
+    from arm_act.eval.evaluate import EvalConfig
 
-def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: int,
-                 domain_id: int | None = None) -> list[dict]:
+
+def run_over_ros(config: EvalConfig, latency_ticks: int, domain_id: int | None = None) -> list[dict]:
+    """The episodes of `config` (expert_node for policy "expert", else policy_node with
+    config.settings and `latency_ticks`) -> their records, as the in-process runners make them."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
@@ -33,20 +38,21 @@ def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: 
     nodes = []
     try:
         sim = SimNode(context=context, parameter_overrides=params(
-            mode="lockstep", episodes=args.episodes, seed=args.seed, blocks=blocks_text,
-            control_rate=args.control_rate, camera_rate=args.camera_rate, joint_state_rate=args.control_rate,
-            episode_time_limit=args.time_limit))
+            mode="lockstep", episodes=config.episodes, seed=config.seed, blocks=config.blocks,
+            control_rate=config.control_rate, camera_rate=config.camera_rate, joint_state_rate=config.control_rate,
+            episode_time_limit=config.time_limit))
         nodes.append(sim)
-        common = dict(mode="lockstep", control_rate=args.control_rate)
-        if checkpoint is None:
+        common = dict(mode="lockstep", control_rate=config.control_rate)
+        settings = config.settings
+        if config.checkpoint is None:
             nodes.append(ExpertNode(context=context, parameter_overrides=params(**common)))
         else:
             from arm_act.nodes.policy_node import PolicyNode
 
             nodes.append(PolicyNode(context=context, parameter_overrides=params(
-                **common, checkpoint=checkpoint, latency_ticks=latency_ticks, execution=args.execution,
-                ensemble_m=args.ensemble_m, torch_threads=args.threads, max_joint_speed=args.max_joint_speed,
-                backend=getattr(args, "backend", "torch"), publish_attention=False)))
+                **common, checkpoint=str(config.checkpoint), latency_ticks=latency_ticks,
+                execution=settings.execution, ensemble_m=settings.ensemble_m, torch_threads=settings.threads,
+                max_joint_speed=settings.max_joint_speed, backend=settings.backend, publish_attention=False)))
         executor = SingleThreadedExecutor(context=context)
         for node in nodes:
             executor.add_node(node)
@@ -54,9 +60,9 @@ def run_over_ros(args, blocks_text: str, checkpoint: str | None, latency_ticks: 
         # served one, and a lockstep tick needs about ten (measured: 72 ms per tick).
         spinner = threading.Thread(target=executor.spin, name="eval_over_ros", daemon=True)
         spinner.start()
-        with progress_bar(total=args.episodes, desc="eval over ROS", unit="ep") as bar:
+        with progress_bar(total=config.episodes, desc="eval over ROS", unit="ep") as bar:
             done = 0
-            while len(sim.finished) < args.episodes:
+            while len(sim.finished) < config.episodes:
                 if sim.failed:
                     raise RuntimeError("sim_node failed; see its log")
                 time.sleep(0.05)  # polling progress; the nodes run on the spinner thread
