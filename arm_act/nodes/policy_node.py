@@ -103,7 +103,10 @@ class PolicyNode(ControllerNode, LifecycleNode):
             reason = check_live_value(name, self.get_parameter(name).value)
             if reason:
                 raise ValueError(reason)
-        p = lambda name: self.get_parameter(name).value  # noqa: E731
+
+        def p(name):
+            return self.get_parameter(name).value
+
         self.stale_timeout_ns = int(float(p("stale_timeout")) * 1e9)
         self._given_runtime = runtime
         self.runtime: PolicyRuntime | None = None
@@ -153,7 +156,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
     # ------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        p = lambda name: self.get_parameter(name).value  # noqa: E731
+        def p(name):
+            return self.get_parameter(name).value
+
         try:
             runtime = self._given_runtime
             if runtime is None:
