@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -171,18 +171,8 @@ def _command_series(stamps: list[int], values: list[np.ndarray], ticks_ns: np.nd
     return np.stack(values)[order][chosen]
 
 
-def extract_episode(bag_dir: str | os.PathLike,
-                    cameras: Sequence[str] = ("front", "wrist")) -> EpisodeArrays:
-    """Decode one demonstration bag into arrays. Raises DatasetError naming the bag and the
-    topic or field that is missing or malformed."""
-    bag = Path(bag_dir)
-    cameras = tuple(cameras)
-    if not cameras:
-        raise DatasetError("no cameras given")
-    try:
-        info = bag_info(bag)
-    except BagError as exc:
-        raise DatasetError(_one_line(exc)) from None
+def _required_topics(bag: Path, info, cameras: tuple[str, ...]) -> list[str]:
+    """The topics extraction reads that the bag must hold, commands non-empty."""
     required = [EPISODE_TOPIC, JOINT_TOPIC, ARM_TOPIC, GRIPPER_TOPIC]
     required += [image_topic(c) for c in cameras]
     for topic in required:
@@ -193,38 +183,52 @@ def extract_episode(bag_dir: str | os.PathLike,
         if info.topics[topic].message_count == 0:
             raise DatasetError(f"{bag}: no commands on {topic}; a bag without the agent's "
                                "commands cannot train a policy")
+    return required
 
-    episodes: list[dict] = []
+
+@dataclass
+class _BagContents:
+    """What extraction reads from one bag, in bag order (stamps in ns)."""
+
+    episodes: list[dict] = field(default_factory=list)  # the `episode` JSON messages
     task: str | None = None
-    joint_stamps: list[int] = []
-    joint_values: list[np.ndarray] = []
-    commands: dict[str, tuple[list[int], list[np.ndarray]]] = {ARM_TOPIC: ([], []),
-                                                               GRIPPER_TOPIC: ([], [])}
-    expected = {ARM_TOPIC: ARM_JOINTS, GRIPPER_TOPIC: 1}
-    frames: dict[str, dict[int, np.ndarray]] = {c: {} for c in cameras}
+    joint_stamps: list[int] = field(default_factory=list)  # header stamps
+    joint_values: list[np.ndarray] = field(default_factory=list)  # (9,) each
+    commands: dict[str, tuple[list[int], list[np.ndarray]]] = field(
+        default_factory=lambda: {ARM_TOPIC: ([], []), GRIPPER_TOPIC: ([], [])})  # bag stamps, values
+    frames: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)  # camera -> header stamp -> (H, W, 3)
+    objects: list[tuple[int, object]] = field(default_factory=list)  # (bag stamp, MarkerArray)
+
+
+_COMMAND_WIDTH = {ARM_TOPIC: ARM_JOINTS, GRIPPER_TOPIC: 1}
+
+
+def _read_contents(bag: Path, required: list[str], cameras: tuple[str, ...]) -> _BagContents:
+    """Decode the messages extraction needs; DatasetError for malformed ones or a damaged file."""
+    contents = _BagContents(frames={c: {} for c in cameras})
     topic_camera = {image_topic(c): c for c in cameras}
-    objects: list[tuple[int, object]] = []  # (stamp, MarkerArray), decoded after the instruction is known
     try:
         for topic, stamp, msg in read_bag(bag, required + [TASK_TOPIC, OBJECTS_TOPIC]):
             if topic == EPISODE_TOPIC:
-                episodes.append(_episode_json(msg, bag))
+                contents.episodes.append(_episode_json(msg, bag))
             elif topic == TASK_TOPIC:
-                task = str(msg.data)
+                contents.task = str(msg.data)
             elif topic == OBJECTS_TOPIC:
-                objects.append((int(stamp), msg))  # MarkerArray has no header: the bag stamp
+                # MarkerArray has no header: the bag stamp; decoded once the instruction is known
+                contents.objects.append((int(stamp), msg))
             elif topic == JOINT_TOPIC:
-                joint_stamps.append(stamp_to_ns(msg.header.stamp))
-                joint_values.append(_joint_positions(msg, bag))
-            elif topic in commands:
+                contents.joint_stamps.append(stamp_to_ns(msg.header.stamp))
+                contents.joint_values.append(_joint_positions(msg, bag))
+            elif topic in contents.commands:
                 values = np.asarray(msg.data, dtype=np.float64)
-                if values.shape != (expected[topic],) or not np.all(np.isfinite(values)):
+                if values.shape != (_COMMAND_WIDTH[topic],) or not np.all(np.isfinite(values)):
                     raise DatasetError(f"{bag}: {topic} message at t={stamp * 1e-9:.3f} s has "
                                        f"{values.size} values {values.tolist()}, expected "
-                                       f"{expected[topic]} finite values")
-                commands[topic][0].append(int(stamp))
-                commands[topic][1].append(values)
+                                       f"{_COMMAND_WIDTH[topic]} finite values")
+                contents.commands[topic][0].append(int(stamp))
+                contents.commands[topic][1].append(values)
             else:
-                frames[topic_camera[topic]][stamp_to_ns(msg.header.stamp)] = image_to_rgb(msg, bag, topic)
+                contents.frames[topic_camera[topic]][stamp_to_ns(msg.header.stamp)] = image_to_rgb(msg, bag, topic)
     except DatasetError:
         raise
     except BagError as exc:
@@ -232,38 +236,61 @@ def extract_episode(bag_dir: str | os.PathLike,
     except Exception as exc:  # noqa: BLE001 - rosbags/zstd/struct errors of a damaged file
         raise DatasetError(f"{bag}: cannot read bag ({type(exc).__name__}: "
                            f"{_one_line(exc)})") from None
-
-    if not episodes:
+    if not contents.episodes:
         raise DatasetError(f"{bag}: no messages on {EPISODE_TOPIC} (episode start and rates)")
-    first, last = episodes[0], episodes[-1]
+    return contents
+
+
+@dataclass(frozen=True)
+class _TickClock:
+    """Control ticks of an episode: tick k at start_ns + k / rate."""
+
+    start_ns: int
+    rate: int
+
+    def tick_of(self, stamps: np.ndarray) -> np.ndarray:
+        return np.rint((stamps - self.start_ns) * self.rate / 1e9).astype(np.int64)
+
+    def stamps_of(self, n_ticks: int) -> np.ndarray:
+        return self.start_ns + np.rint(np.arange(n_ticks) * 1e9 / self.rate).astype(np.int64)
+
+
+def _tick_clock(first: dict, bag: Path) -> _TickClock:
+    """The episode's clock from its first `episode` message."""
     rate = first["control_rate"]
     if rate < 1 or first["camera_rate"] < 1:
         raise DatasetError(f"{bag}: {EPISODE_TOPIC} has control_rate={rate}, "
                            f"camera_rate={first['camera_rate']}; both must be >= 1")
-    start_ns = int(round(first["start"] * 1e9))
+    return _TickClock(int(round(first["start"] * 1e9)), rate)
 
-    def tick_of(stamps: np.ndarray) -> np.ndarray:
-        return np.rint((stamps - start_ns) * rate / 1e9).astype(np.int64)
 
-    # Control ticks 0 .. T-1: up to the tick of the last command.
+def _command_array(contents: _BagContents, clock: _TickClock, bag: Path) -> np.ndarray:
+    """(T, 8) float32: the arm + gripper command in force at each control tick 0 .. T-1,
+    up to the tick of the last command."""
+    commands = contents.commands
     last_stamp = max(max(commands[ARM_TOPIC][0]), max(commands[GRIPPER_TOPIC][0]))
-    n_ticks = int(tick_of(np.array([last_stamp]))[0]) + 1
+    n_ticks = int(clock.tick_of(np.array([last_stamp]))[0]) + 1
     if n_ticks < 1:
         raise DatasetError(f"{bag}: every command is stamped before the episode start")
-    ticks_ns = start_ns + np.rint(np.arange(n_ticks) * 1e9 / rate).astype(np.int64)
-    half_period = int(round(0.5e9 / rate))
+    ticks_ns = clock.stamps_of(n_ticks)
+    half_period = int(round(0.5e9 / clock.rate))
     arm = _command_series(*commands[ARM_TOPIC], ticks_ns, half_period, bag, ARM_TOPIC)
     gripper = _command_series(*commands[GRIPPER_TOPIC], ticks_ns, half_period, bag, GRIPPER_TOPIC)
-    command_array = np.concatenate([arm, gripper], axis=1).astype(np.float32)  # (T, 8)
+    return np.concatenate([arm, gripper], axis=1).astype(np.float32)  # (T, 8)
 
-    # Frames: stamps where every camera has an image, within the commanded ticks.
+
+def _camera_frames(contents: _BagContents, cameras: tuple[str, ...], clock: _TickClock, n_ticks: int,
+                   bag: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frames: the stamps where every camera has an image, within the commanded ticks ->
+    stamps (F,) int64, frame ticks (F,) int64, images (F, C, H, W, 3) uint8."""
+    frames = contents.frames
     stamps = sorted(set.intersection(*(set(f) for f in frames.values())))
     dropped = sum(len(f) for f in frames.values()) - len(stamps) * len(cameras)
     if dropped:
         logger.warning("%s: %d camera images without a matching image from every camera "
                        "are ignored", bag, dropped)
     stamp_array = np.asarray(stamps, dtype=np.int64)
-    frame_ticks = tick_of(stamp_array) if stamps else np.zeros(0, np.int64)
+    frame_ticks = clock.tick_of(stamp_array) if stamps else np.zeros(0, np.int64)
     keep = (frame_ticks >= 0) & (frame_ticks < n_ticks)
     stamp_array, frame_ticks = stamp_array[keep], frame_ticks[keep]
     if len(frame_ticks) == 0:
@@ -274,24 +301,39 @@ def extract_episode(bag_dir: str | os.PathLike,
         raise DatasetError(f"{bag}: camera images differ in size: "
                            f"{sorted(f'{w}x{h}' for h, w, _ in shapes)}")
     images = np.stack([np.stack([frames[c][int(s)] for c in cameras]) for s in stamp_array])
+    return stamp_array, frame_ticks, images
 
-    # Joint state at each frame: the one stamped with the frame's stamp, else the latest before.
-    js_order = np.argsort(np.asarray(joint_stamps, dtype=np.int64), kind="stable")
-    js_stamps = np.asarray(joint_stamps, dtype=np.int64)[js_order]
-    if len(js_stamps) == 0:
+
+def _frame_state(contents: _BagContents, frame_stamps: np.ndarray, bag: Path) -> np.ndarray:
+    """(F, 9) float32: the joint state stamped with each frame's stamp, else the latest before."""
+    order = np.argsort(np.asarray(contents.joint_stamps, dtype=np.int64), kind="stable")
+    stamps = np.asarray(contents.joint_stamps, dtype=np.int64)[order]
+    if len(stamps) == 0:
         raise DatasetError(f"{bag}: no messages on {JOINT_TOPIC}")
-    chosen = np.searchsorted(js_stamps, stamp_array, side="right") - 1
+    chosen = np.searchsorted(stamps, frame_stamps, side="right") - 1
     if chosen[0] < 0:
-        raise DatasetError(f"{bag}: the first camera frame (t={stamp_array[0] * 1e-9:.3f} s) "
+        raise DatasetError(f"{bag}: the first camera frame (t={frame_stamps[0] * 1e-9:.3f} s) "
                            f"comes before the first {JOINT_TOPIC} message")
-    frame_state = np.stack(joint_values)[js_order][chosen].astype(np.float32)  # (F, 9)
+    return np.stack(contents.joint_values)[order][chosen].astype(np.float32)  # (F, 9)
 
-    custom = info.custom_data
-    instruction = custom.get("instruction") or first["instruction"] or task or ""
+
+@dataclass(frozen=True)
+class _Outcome:
+    instruction: str
+    success: bool
+    status: str
+    seed: int
+    n_blocks: int
+
+
+def _outcome(custom: dict, contents: _BagContents, bag: Path) -> _Outcome:
+    """Instruction, success, status, seed and block count: custom_data first, then the
+    `episode` messages (the first for the instruction, the last for the state), then `task`."""
+    first, last = contents.episodes[0], contents.episodes[-1]
+    instruction = custom.get("instruction") or first["instruction"] or contents.task or ""
     if not instruction:
         raise DatasetError(f"{bag}: no instruction (custom_data, {EPISODE_TOPIC} and "
                            f"{TASK_TOPIC} lack one)")
-    frame_target = _frame_targets(objects, stamp_array, set(instruction.split()))
     status = custom.get("status", last["state"])
     if custom.get("success") in ("true", "false"):
         success = custom["success"] == "true"
@@ -304,16 +346,39 @@ def extract_episode(bag_dir: str | os.PathLike,
         except (KeyError, ValueError):
             return fallback
 
-    if "expert_from_s" in custom:  # a takeover bag: only the expert's part is a demonstration
-        images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
-            custom["expert_from_s"], rate, bag, images, frame_state, frame_target, frame_ticks, success, status)
+    return _Outcome(instruction, success, status, as_int("seed", first["seed"]), as_int("n_blocks", first["n_blocks"]))
 
+
+def extract_episode(bag_dir: str | os.PathLike,
+                    cameras: Sequence[str] = ("front", "wrist")) -> EpisodeArrays:
+    """Decode one demonstration bag into arrays. Raises DatasetError naming the bag and the
+    topic or field that is missing or malformed."""
+    bag = Path(bag_dir)
+    cameras = tuple(cameras)
+    if not cameras:
+        raise DatasetError("no cameras given")
+    try:
+        info = bag_info(bag)
+    except BagError as exc:
+        raise DatasetError(_one_line(exc)) from None
+    contents = _read_contents(bag, _required_topics(bag, info, cameras), cameras)
+    first = contents.episodes[0]
+    clock = _tick_clock(first, bag)
+    commands = _command_array(contents, clock, bag)
+    stamps, frame_ticks, images = _camera_frames(contents, cameras, clock, len(commands), bag)
+    frame_state = _frame_state(contents, stamps, bag)
+    outcome = _outcome(info.custom_data, contents, bag)
+    frame_target = _frame_targets(contents.objects, stamps, set(outcome.instruction.split()))
+    success, status = outcome.success, outcome.status
+    if "expert_from_s" in info.custom_data:  # a takeover bag: only the expert's part is a demonstration
+        images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
+            info.custom_data["expert_from_s"], clock.rate, bag, images, frame_state, frame_target, frame_ticks,
+            success, status)
     return EpisodeArrays(
-        bag=str(bag), instruction=instruction, success=success, status=status,
-        seed=as_int("seed", first["seed"]), n_blocks=as_int("n_blocks", first["n_blocks"]),
-        control_rate=rate, camera_rate=first["camera_rate"], cameras=cameras,
-        frame_ticks=frame_ticks, images=images, frame_state=frame_state,
-        commands=command_array, frame_target=frame_target)
+        bag=str(bag), instruction=outcome.instruction, success=success, status=status,
+        seed=outcome.seed, n_blocks=outcome.n_blocks, control_rate=clock.rate, camera_rate=first["camera_rate"],
+        cameras=cameras, frame_ticks=frame_ticks, images=images, frame_state=frame_state,
+        commands=commands, frame_target=frame_target)
 
 
 def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, frame_target, frame_ticks,
