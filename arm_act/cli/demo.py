@@ -70,6 +70,43 @@ def _open_rerun(args, executor):
     return live
 
 
+def _start_nodes(children: NodeProcesses, args, env: dict, checkpoint: Path | None) -> None:
+    """The demo's nodes as child processes: bag_recorder (with --record), policy_node on
+    `checkpoint` (expert_node when None), then sim_node, which starts the first episode."""
+    common = {"use_sim_time": True, "mode": "realtime", "control_rate": args.control_rate}
+    if args.record is not None:
+        if args.record.exists():
+            raise CommandError(f"--record {args.record} exists already; bags are never overwritten")
+        children.start("bag_recorder", "arm_act.nodes.bag_recorder",
+                       ros_args({"use_sim_time": True, "bag_path": str(args.record)}), env)
+    if checkpoint is None:
+        children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
+    else:
+        children.start("policy_node", "arm_act.nodes.policy_node", ros_args(
+            {"execution": args.execution, **common, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
+    children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
+        **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
+        "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
+        "episode_time_limit": args.time_limit,
+        # The recording holds the first episode whole; the viewer, not the sim's exit, ends the demo.
+        "wait_for_recorder": args.record is not None, "exit_when_done": False,
+    }, config_file("sim.yaml")), env)
+
+
+def _print_outputs(args, results: list[dict], view) -> None:
+    """The episodes' tally and where the video and the bag went."""
+    if results:
+        successes = sum(r["success"] for r in results)
+        print(f"{successes}/{len(results)} episodes succeeded")
+    if view is not None and view.path is not None:
+        if view.frames:
+            print(f"live view written to {view.path} ({view.frames} frames)")
+        else:
+            print(f"no camera frames reached the viewer; {view.path} was not written", file=sys.stderr)
+    if args.record is not None:
+        print(f"bag written to {args.record}")
+
+
 def run(args) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -102,25 +139,7 @@ def run(args) -> int:
     try:
         live = _open_rerun(args, executor) if args.viewer == "rerun" else None
         view = None if args.no_view or (live is not None and args.video is None) else open_view(args.video)
-        common = {"use_sim_time": True, "mode": "realtime", "control_rate": args.control_rate}
-        if args.record is not None:
-            if args.record.exists():
-                raise CommandError(f"--record {args.record} exists already; bags are never overwritten")
-            children.start("bag_recorder", "arm_act.nodes.bag_recorder",
-                           ros_args({"use_sim_time": True, "bag_path": str(args.record)}), env)
-        controller = {"execution": args.execution, **common}
-        if use_expert:
-            children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
-        else:
-            children.start("policy_node", "arm_act.nodes.policy_node",
-                           ros_args({**controller, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
-        children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
-            **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
-            "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
-            "episode_time_limit": args.time_limit,
-            # The recording holds the first episode whole; the viewer, not the sim's exit, ends the demo.
-            "wait_for_recorder": args.record is not None, "exit_when_done": False,
-        }, config_file("sim.yaml")), env)
+        _start_nodes(children, args, env, None if use_expert else checkpoint)
         while not viewer.done.is_set():
             problem = children.failed()
             if problem:
@@ -146,17 +165,7 @@ def run(args) -> int:
             rclpy.shutdown()
         if view is not None:
             view.close()
-    results = viewer.results
-    if results:
-        successes = sum(r["success"] for r in results)
-        print(f"{successes}/{len(results)} episodes succeeded")
-    if view is not None and view.path is not None:
-        if view.frames:
-            print(f"live view written to {view.path} ({view.frames} frames)")
-        else:
-            print(f"no camera frames reached the viewer; {view.path} was not written", file=sys.stderr)
-    if args.record is not None:
-        print(f"bag written to {args.record}")
+    _print_outputs(args, viewer.results, view)
     if live is not None:
         if live.save is not None:
             print(f"rerun recording written to {live.save} ({live.node.messages} messages)")
