@@ -32,7 +32,7 @@ BRIGHTNESS = 0.1  # multiplicative jitter range, +-10 %
 CONTRAST = 0.1
 # Bytes of mapped images read between two hand-backs of their pages: the resident memory
 # that mapped images may take before it is released (the pages stay in the page cache).
-PAGE_BUDGET = 256 << 20
+PAGE_BUDGET = 64 << 20
 
 
 def release_pages(array) -> None:

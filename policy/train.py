@@ -9,6 +9,16 @@ the augmentation and the CVAE noise; dropout draws from torch's global generator
 seeded here as well, inside torch.random.fork_rng so the caller's state is untouched. Both
 generator states are saved with the training state (policy/train_state.py), so N steps in
 one run and N/2 + N/2 with a resume in between give bit-identical weights (tested).
+
+Devices and processes (`device`, policy/device.py; torchrun, policy/distributed.py): on a
+GPU the model trains there, under bf16 autocast where the GPU supports it, with batches
+prepared on a thread, pinned and copied without blocking (policy/batches.py). Under
+torchrun each process trains on its slice of every global batch (DDP averages the
+gradients, so every rank holds the same weights after every step); rank 0 alone
+validates and writes train_state, the checkpoint, the curves and metrics.json. Those
+runs draw their randomness per step (policy/batches.py), which is what lets a resume use
+another number of processes. The single-process CPU run keeps the order of draws above,
+so its weights are those of earlier versions, bit for bit (tests/test_train_golden.py).
 """
 
 from __future__ import annotations
@@ -27,10 +37,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from arm_act.policy.batches import BatchStream, Sampler, StreamState, step_seed
 from arm_act.policy.budget import torch_threads
 from arm_act.policy.checkpoint import CheckpointError, load_checkpoint, read_config, save_checkpoint
 from arm_act.policy.config import PolicyConfig
-from arm_act.policy.data import ChunkDataset, fit_normalizer, split_episodes
+from arm_act.policy.data import ChunkDataset, fit_normalizer, release_pages, split_episodes
+from arm_act.policy.device import DeviceError, amp_dtype, autocast
+from arm_act.policy.distributed import (
+    DEFAULT_TIMEOUT_S,
+    DistributedError,
+    World,
+    check_in_sync,
+    mean_over_ranks,
+    process_group,
+    weights_digest,
+    world_from_env,
+)
 from arm_act.policy.model import ACTPolicy, chunk_l1, target_error
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.train_config import TrainConfig, lr_at
@@ -64,6 +86,7 @@ def data_fingerprint(episodes: Sequence) -> str:
         h.update(e.instruction.encode())
         h.update(str(images.shape).encode())
         h.update(np.ascontiguousarray(images.reshape(-1)[::997]).tobytes())
+        release_pages(e.images)  # the stride touches every page of a memory-mapped episode
         for arr in (e.frame_ticks, e.frame_state, e.commands):
             h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()
@@ -71,11 +94,13 @@ def data_fingerprint(episodes: Sequence) -> str:
 
 @torch.no_grad()
 def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
-             batch_size: int) -> dict[str, float | None]:
+             batch_size: int, device: torch.device | None = None,
+             amp: torch.dtype | None = None) -> dict[str, float | None]:
     """Chunk L1 (normalised units) over the samples `index`, predicted as the runtime
     does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0; with a
     target head also its error in cm (mean |error| per coordinate) and how often it picks
     the patch holding the named block (where the data says), else None.
+    device/amp: where the model is and its autocast dtype (None: CPU, float32).
     -> {"l1": ..., "target_cm": ..., "patch_acc": ...}"""
     was_training = model.training
     model.eval()
@@ -85,8 +110,11 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
     try:
         for start in range(0, len(index), batch_size):
             batch = dataset.batch(index[start:start + batch_size])
-            out = model(batch["images"], batch["state"], batch["instruction_ids"],
-                        batch["instruction_mask"])
+            if device is not None and device.type != "cpu":
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast(device or torch.device("cpu"), amp):
+                out = model(batch["images"], batch["state"], batch["instruction_ids"],
+                            batch["instruction_mask"])
             valid = float(batch["action_mask"].sum()) * out.actions.shape[-1]
             total += float(chunk_l1(out.actions, batch["actions"], batch["action_mask"])) * valid
             count += valid
@@ -154,27 +182,6 @@ def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
     fig.savefig(path)
 
 
-class _Sampler:
-    """Epochs of random permutations cut into batches (a batch may span two epochs)."""
-
-    def __init__(self, n: int, generator: torch.Generator):
-        self.n, self.generator = n, generator
-        self.order = torch.randperm(n, generator=generator)
-        self.pos = 0
-
-    def next(self, batch_size: int) -> torch.Tensor:
-        parts, need = [], batch_size
-        while need:
-            if self.pos == self.n:
-                self.order = torch.randperm(self.n, generator=self.generator)
-                self.pos = 0
-            take = min(need, self.n - self.pos)
-            parts.append(self.order[self.pos:self.pos + take])
-            self.pos += take
-            need -= take
-        return torch.cat(parts)
-
-
 @dataclass
 class _Snapshot:
     """The random state at the start of a step: what a Ctrl-C during it saves."""
@@ -192,20 +199,41 @@ class _NonFiniteError(Exception):
         self.step, self.values = step, dict(values)
 
 
+class _LossModule(torch.nn.Module):
+    """model.loss as a forward(), so DistributedDataParallel (which hooks forward) can wrap it."""
+
+    def __init__(self, model: ACTPolicy):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None):
+        return self.model.loss(batch, generator=generator)
+
+
 class _Trainer:
     """One training run's objects and loop; used only inside train()'s RNG and thread
-    contexts."""
+    contexts.
+
+    Two ways to draw a step's randomness: the single-process CPU run draws the sampling
+    order, augmentation and CVAE noise from one generator in turn (the original order,
+    kept bit for bit); `streamed` runs (several processes, a GPU, or prefetching) draw only
+    the sampling order from it and seed the rest per (step, rank) (policy/batches.py)."""
 
     def __init__(self, cfg: PolicyConfig, tcfg: TrainConfig, out: Path, normalizer: Normalizer,
                  train_set: ChunkDataset, val_set: ChunkDataset | None, fingerprint: str,
-                 ground_val_set: ChunkDataset | None = None):
+                 ground_val_set: ChunkDataset | None = None, world: World | None = None,
+                 amp: torch.dtype | None = None, prefetch: int = 0, sync_every: int = 0):
         self.cfg, self.tcfg, self.out = cfg, tcfg, out
+        self.world = world or World()
+        self.device, self.amp, self.prefetch = self.world.device, amp, int(prefetch)
+        self.streamed = self.world.distributed or self.device.type != "cpu" or self.prefetch > 0
+        self.sync_every, self.sync_checks = int(sync_every), 0
         self.ground_val_set = ground_val_set
         self.grounding_train = int((~train_set.has_actions).sum())  # frames, one per grounding layout
         self.normalizer, self.fingerprint = normalizer, fingerprint
         self.train_set, self.val_set = train_set, val_set
         torch.manual_seed(tcfg.seed)  # the global generator: initial weights and dropout
-        self.model = ACTPolicy(cfg).train()
+        self.model = ACTPolicy(cfg).train().to(self.device)
         # Weight decay only on the matrices of linear maps, not on biases, norms,
         # embeddings and queries (nanoGPT's configure_optimizers rule).
         linear = {id(m.weight) for m in self.model.modules() if isinstance(m, torch.nn.Linear)}
@@ -215,7 +243,16 @@ class _Trainer:
              {"params": [p for p in params if id(p) not in linear], "weight_decay": 0.0}],
             lr=tcfg.lr)
         self.generator = torch.Generator().manual_seed(tcfg.seed)
-        self.sampler = _Sampler(len(train_set), self.generator)
+        self.sampler = Sampler(len(train_set), self.generator)
+        self.stream_state: StreamState | None = None  # streamed: the stream after the last step's batch
+        self.stream: BatchStream | None = None
+        self.loss_module: torch.nn.Module = _LossModule(self.model)
+        if self.world.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # Its constructor broadcasts rank 0's weights, so every rank starts identical.
+            self.loss_module = DistributedDataParallel(
+                self.loss_module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.val_index = None
         if val_set is not None:
             val_gen = torch.Generator().manual_seed(tcfg.seed + 1)
@@ -247,7 +284,10 @@ class _Trainer:
         if len(self.sampler.order) != n or not 0 <= self.sampler.pos <= n:
             raise TrainingError(f"training state {saved.path} samples {len(self.sampler.order)} "
                                 f"frames, the data has {len(self.train_set)}; use --no-resume")
-        logger.info("resuming from %s at step %d", saved.path, self.step)
+        saved_world = st.get("world_size", 1)
+        logger.info("resuming from %s at step %d%s", saved.path, self.step,
+                    "" if saved_world == self.world.size
+                    else f" (saved by {saved_world} process(es), now {self.world.size})")
 
     @property
     def wall_time(self) -> float:
@@ -255,9 +295,13 @@ class _Trainer:
 
     @property
     def samples_per_s(self) -> float:
+        """Samples per second of training time, over all ranks (batch_size is the global batch)."""
         return self.step * self.tcfg.batch_size / self.train_time if self.train_time else 0.0
 
     def snapshot(self) -> _Snapshot:
+        if self.streamed:  # the prefetch thread runs ahead: the state is that of the last batch taken
+            s = self.stream_state or self.sampler.state()
+            return _Snapshot(self.step, s.generator, torch.get_rng_state(), s.order, s.pos)
         return _Snapshot(self.step, self.generator.get_state(), torch.get_rng_state(),
                          self.sampler.order, self.sampler.pos)
 
@@ -270,10 +314,29 @@ class _Trainer:
                           "train": self.tcfg.to_dict(), "normalization": self.normalizer.to_dict(),
                           "data_fingerprint": self.fingerprint, "history": self.history,
                           "loss_window": self.window, "train_time_s": self.train_time,
-                          "wall_time_s": self.wall_time})
+                          "wall_time_s": self.wall_time, "world_size": self.world.size})
+
+    def make_batch(self, step: int, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Streamed runs: this rank's batch of step `step` (CPU tensors), its augmentation
+        seeded by (seed, step, rank) alone."""
+        generator = torch.Generator().manual_seed(step_seed(self.tcfg.seed, step, self.world.rank, "augment"))
+        return self.train_set.batch(index, generator, augment=self.tcfg.augment,
+                                    max_shift=self.tcfg.augment_shift)
+
+    def open_stream(self) -> None:
+        self.stream_state = self.sampler.state()
+        self.stream = BatchStream(self.sampler, self.tcfg.batch_size, self.world.rank, self.world.size,
+                                  self.make_batch, self.step, self.device, self.prefetch)
+
+    def close_stream(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
     def train_step(self) -> dict[str, float]:
         """One optimizer update; raises _NonFiniteError before touching the weights."""
+        if self.streamed:
+            return self.streamed_step()
         tcfg = self.tcfg
         t0 = time.perf_counter()
         self.phase = "prepare"
@@ -299,6 +362,43 @@ class _Trainer:
         self.train_time += time.perf_counter() - t0
         return {"loss": float(loss.detach()), "lr": lr, **values}
 
+    def streamed_step(self) -> dict[str, float]:
+        """train_step for several processes or a GPU: this rank's part of the global batch;
+        the losses are averaged over the ranks before the non-finite check, so every rank
+        stops at the same step, and DDP averages the gradients in backward()."""
+        tcfg, world = self.tcfg, self.world
+        t0 = time.perf_counter()
+        self.phase = "prepare"
+        item = self.stream.next()
+        lr = lr_at(self.step, tcfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        torch.manual_seed(step_seed(tcfg.seed, self.step, world.rank, "dropout"))
+        noise = torch.Generator(self.device).manual_seed(step_seed(tcfg.seed, self.step, world.rank, "noise"))
+        with autocast(self.device, self.amp):
+            loss, parts = self.loss_module(item.batch, noise)
+        names = sorted(parts)
+        averaged = mean_over_ranks(world, [loss.detach(), *(parts[k] for k in names)])
+        values = dict(zip(names, averaged[1:], strict=True))
+        if not math.isfinite(averaged[0]):
+            raise _NonFiniteError(self.step, values)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), tcfg.grad_clip if tcfg.grad_clip > 0 else math.inf)
+        if not math.isfinite(float(norm)):  # the same on every rank: the gradients are averaged
+            raise _NonFiniteError(self.step, {**values, "grad_norm": float(norm)})
+        self.phase = "update"
+        self.optimizer.step()
+        self.step += 1
+        self.stream_state = item.after
+        self.phase = "idle"
+        if self.sync_every and self.step % self.sync_every == 0:
+            check_in_sync(world, self.model, self.step)
+            self.sync_checks += 1
+        self.train_time += time.perf_counter() - t0
+        return {"loss": averaged[0], "lr": lr, **values}
+
     def log(self, values: Mapping[str, float], force: bool) -> None:
         w = self.window
         w["l1"] += values["l1"]
@@ -314,13 +414,15 @@ class _Trainer:
             self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "n": 0}
 
     def validate(self) -> float:
-        result = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size)
+        result = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size,
+                          self.device, self.amp)
         point = {"step": self.step, "l1": result["l1"]}
         if result["target_cm"] is not None:
             point["target_cm"] = result["target_cm"]
         if self.ground_val_set is not None:
             index = torch.arange(min(len(self.ground_val_set), self.tcfg.val_samples))
-            ground = evaluate(self.model, self.ground_val_set, index, self.tcfg.batch_size)
+            ground = evaluate(self.model, self.ground_val_set, index, self.tcfg.batch_size,
+                              self.device, self.amp)
             point["grounding_cm"] = ground["target_cm"]
             if ground["patch_acc"] is not None:
                 point["grounding_patch_acc"] = ground["patch_acc"]
@@ -333,20 +435,23 @@ class _Trainer:
 
         tcfg = self.tcfg
         last_val = self.history["val"][-1]["l1"] if self.history["val"] else None
+        main = self.world.is_main
         bar = tqdm(total=tcfg.steps, initial=self.step, desc="training", unit="step",
-                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+                   file=sys.stderr, disable=not (progress and main), dynamic_ncols=True)
         snap = None
+        if self.streamed:
+            self.open_stream()
         try:
             while self.step < end:
                 snap = self.snapshot()
                 values = self.train_step()
                 self.log(values, force=self.step == end)
-                if self.val_set is not None and (self.step % tcfg.val_every == 0
-                                                 or self.step == tcfg.steps):
+                if main and self.val_set is not None and (self.step % tcfg.val_every == 0
+                                                          or self.step == tcfg.steps):
                     last_val = self.validate()
-                if self.step % tcfg.checkpoint_every == 0 or self.step == end:
+                if main and (self.step % tcfg.checkpoint_every == 0 or self.step == end):
                     self.save_state()
-                if self.step % tcfg.val_every == 0:
+                if main and self.step % tcfg.val_every == 0:
                     point = self.history["val"][-1] if self.history["val"] else {}
                     target, ground = point.get("target_cm"), point.get("grounding_cm")
                     acc = point.get("grounding_patch_acc")
@@ -363,6 +468,8 @@ class _Trainer:
                     + ("" if last_val is None else f" val {last_val:.4f}")
                     + f" {self.samples_per_s:.1f} samples/s", refresh=False)
         except KeyboardInterrupt:
+            if not main:
+                raise
             if self.phase == "update":  # inside optimizer.step(): weights may be half-updated
                 logger.warning("interrupted during a weight update: the last saved training "
                                "state is kept")
@@ -375,6 +482,7 @@ class _Trainer:
                            saved_step(self.out / STATE_DIR), self.out / STATE_DIR)
             raise
         finally:
+            self.close_stream()
             bar.close()
 
     def metrics(self, episodes: Sequence, data_info: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -396,6 +504,12 @@ class _Trainer:
             "samples": self.step * self.tcfg.batch_size,
             "wall_time_s": round(self.wall_time, 3), "train_time_s": round(self.train_time, 3),
             "samples_per_s": round(self.samples_per_s, 2),
+            "device": str(self.device), "precision": "bf16" if self.amp == torch.bfloat16 else "fp32",
+            "distributed": {"world_size": self.world.size, "backend": self.world.backend,
+                            "global_batch": self.tcfg.batch_size,
+                            "per_rank_batch": self.tcfg.batch_size // self.world.size,
+                            "streamed": self.streamed, "prefetch": self.prefetch,
+                            "sync_checks": self.sync_checks},
             "final": {"train_l1": h["train"][-1]["l1"] if h["train"] else None,
                       "train_kl": h["train"][-1].get("kl") if h["train"] else None,
                       "val_l1": h["val"][-1]["l1"] if h["val"] else None,
@@ -437,7 +551,9 @@ def _check_out_dir(out: Path, policy_config: PolicyConfig) -> None:
 def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainConfig,
           out_dir: str | os.PathLike, *, resume: bool = True, progress: bool = True,
           data_info: Mapping[str, Any] | None = None, stop_after: int | None = None,
-          grounding: Sequence = ()) -> dict[str, Any]:
+          grounding: Sequence = (), device: str = "auto", precision: str = "auto",
+          prefetch: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+          sync_every: int | None = None) -> dict[str, Any]:
     """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
 
     grounding: frames without actions (has_actions=False, e.g. arm_act.data.grounding) that train
@@ -450,10 +566,19 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
     resumes). data_info: extra facts for metrics.json's "data" (e.g. skipped bags). Ctrl-C
     saves the state of the last finished step and re-raises KeyboardInterrupt.
 
+    device: auto (CUDA when present), cpu, cuda or cuda:N (policy/device.py); under
+    torchrun each process takes cuda:LOCAL_RANK. precision: auto (bf16 autocast on a GPU
+    that supports it, float32 on CPU), fp32 or bf16. prefetch: batches prepared ahead on a
+    thread (None: 2 on a GPU, 0 on CPU). timeout_s: how long a collective waits for the
+    other ranks before the run stops with an error. sync_every: compare the ranks' weights
+    every this many steps (None: at every checkpoint_every; 0: never).
+
     At the end: save_checkpoint (model.safetensors, config.json, normalization.json,
-    metrics.json), loss_curves.png. -> the metrics dict.
-    Raises TrainingError for unusable inputs, and for a non-finite loss or gradient
-    (training stops; the last good train_state is kept).
+    metrics.json), loss_curves.png, by rank 0 alone. -> the metrics dict (on every rank;
+    under torchrun its "distributed" part adds this rank's weights_sha256).
+    Raises TrainingError for unusable inputs, a device that is not there, a failed or
+    timed-out collective, and for a non-finite loss or gradient (training stops; the last
+    good train_state is kept).
     """
     cfg, tcfg, out = policy_config, train_config, Path(out_dir)
     episodes = list(episodes)
@@ -461,6 +586,13 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         raise TrainingError("no episodes to train on")
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after={stop_after} must be >= 1")
+    try:
+        rank, world_size, _ = world_from_env()
+    except DistributedError as exc:
+        raise TrainingError(str(exc)) from None
+    if tcfg.batch_size % world_size:
+        raise TrainingError(f"batch_size={tcfg.batch_size} (the global batch) is not divisible by "
+                            f"the {world_size} processes")
     if tcfg.warmup_steps >= tcfg.steps:
         logger.warning("warmup_steps=%d >= steps=%d: the learning rate never reaches lr=%g",
                        tcfg.warmup_steps, tcfg.steps, tcfg.lr)
@@ -478,7 +610,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         if state_path is not None:
             saved = load_train_state(state_path)
             check_resumable(saved, cfg, tcfg.to_dict(), fingerprint)
-    elif state_path is not None:
+    elif state_path is not None and rank == 0:
         logger.info("not resuming: removing the training state in %s", state_path)
         remove_train_state(out)
 
@@ -500,31 +632,52 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         raise TrainingError(str(exc)) from None
 
     out.mkdir(parents=True, exist_ok=True)
-    with torch.random.fork_rng(devices=[]), torch_threads(tcfg.threads):
-        trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint, ground_val_set)
-        if saved is not None:
-            trainer.restore(saved)
-        elif init is not None:
-            trainer.model.load_state_dict(init[0].state_dict(), strict=True)
-            trainer.model.train()
-            logger.info("initialised from %s", tcfg.init_from)
-        end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)
-        try:
-            trainer.run(end, progress)
-        except _NonFiniteError as exc:
-            kept = find_train_state(out)
-            raise TrainingError(
-                f"non-finite {'gradient' if 'grad_norm' in exc.values else 'loss'} at step "
-                f"{exc.step} ({exc.values}); training stopped. "
-                + (f"The last good training state (step {saved_step(kept)}) is kept in {kept}"
-                   if kept else "No training state was saved yet")
-                + "; try a lower lr or check the data") from None
-        metrics = trainer.metrics(episodes, data_info)
-        if trainer.step < tcfg.steps:
-            logger.info("stopped at step %d of %d; the next run resumes from %s",
-                        trainer.step, tcfg.steps, out / STATE_DIR)
-            return metrics
+    try:
+        with process_group(device, timeout_s) as world:
+            amp = amp_dtype(world.device, precision)
+            if prefetch is None:
+                prefetch = 2 if world.device.type == "cuda" else 0
+            if sync_every is None:
+                sync_every = tcfg.checkpoint_every if world.distributed else 0
+            forked = [world.device.index] if world.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=forked), torch_threads(tcfg.threads):
+                trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint,
+                                   ground_val_set, world, amp, prefetch, sync_every)
+                return _run(trainer, saved, init, stop_after, episodes, data_info, progress)
+    except (DeviceError, DistributedError) as exc:
+        raise TrainingError(str(exc)) from None
+
+
+def _run(trainer: _Trainer, saved: SavedState | None, init, stop_after: int | None,
+         episodes: Sequence, data_info: Mapping[str, Any] | None, progress: bool) -> dict[str, Any]:
+    """train()'s loop and outputs, inside its device, process-group and RNG contexts."""
+    tcfg, out, normalizer = trainer.tcfg, trainer.out, trainer.normalizer
+    if saved is not None:
+        trainer.restore(saved)
+    elif init is not None:
+        trainer.model.load_state_dict(init[0].state_dict(), strict=True)
+        trainer.model.train()
+        logger.info("initialised from %s", tcfg.init_from)
+    end = tcfg.steps if stop_after is None else min(tcfg.steps, trainer.step + stop_after)
+    try:
+        trainer.run(end, progress)
+    except _NonFiniteError as exc:
+        kept = find_train_state(out)
+        raise TrainingError(
+            f"non-finite {'gradient' if 'grad_norm' in exc.values else 'loss'} at step "
+            f"{exc.step} ({exc.values}); training stopped. "
+            + (f"The last good training state (step {saved_step(kept)}) is kept in {kept}"
+               if kept else "No training state was saved yet")
+            + "; try a lower lr or check the data") from None
+    metrics = trainer.metrics(episodes, data_info)
+    if trainer.world.distributed:
+        metrics["distributed"]["weights_sha256"] = weights_digest(trainer.model)
+    if trainer.step < tcfg.steps:
+        logger.info("stopped at step %d of %d; the next run resumes from %s",
+                    trainer.step, tcfg.steps, out / STATE_DIR)
+        return metrics
+    if trainer.world.is_main:
         save_checkpoint(out, trainer.model, normalizer, metrics)
         plot_losses(trainer.history, out / CURVES_FILE,
-                    f"{out.name}: {trainer.step} steps, {len(train_set)} training frames")
-        return metrics
+                    f"{out.name}: {trainer.step} steps, {len(trainer.train_set)} training frames")
+    return metrics

@@ -64,7 +64,7 @@ def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"optimizer state {key!r} is a {type(value).__name__}, "
                                 "not a tensor")
-            tensors[f"optim.{pid}.{key}"] = value.detach().clone().contiguous()
+            tensors[f"optim.{pid}.{key}"] = value.detach().to("cpu").clone().contiguous()
     return tensors, sd["param_groups"]
 
 
@@ -89,10 +89,11 @@ def save_train_state(out_dir: Path, model: torch.nn.Module, optimizer: torch.opt
     tmp, old = out_dir / f".{STATE_DIR}.tmp", out_dir / f".{STATE_DIR}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    weights = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    # On the CPU whatever device trained: a state saved on a GPU resumes anywhere.
+    weights = {k: v.detach().to("cpu").clone().contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / "model.safetensors"))
     optim_tensors, groups = _flatten_optimizer(optimizer)
-    save_file({**optim_tensors, **{k: v.contiguous() for k, v in extra_tensors.items()}},
+    save_file({**optim_tensors, **{k: v.to("cpu").contiguous() for k, v in extra_tensors.items()}},
               str(tmp / "optimizer.safetensors"))
     body = {"format": STATE_FORMAT, "version": STATE_VERSION, **state, "param_groups": groups}
     (tmp / "state.json").write_text(json.dumps(body, indent=1, sort_keys=True, allow_nan=False))

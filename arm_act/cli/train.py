@@ -214,6 +214,12 @@ def _forwarded_argv(args) -> list[str]:
 
 
 def run(args) -> int:
+    from arm_act.policy.device import DeviceError, resolve_device
+
+    try:  # before reading any data: a missing GPU is a one-line error at once
+        resolve_device(args.device)
+    except DeviceError as exc:
+        raise CommandError(str(exc)) from None
     if args.nproc_per_node is not None and "LOCAL_RANK" not in os.environ:
         from arm_act.policy.distributed import torchrun
 
@@ -267,6 +273,8 @@ def run(args) -> int:
                         precision=args.precision, timeout_s=args.ddp_timeout)
     except TrainingError as exc:
         raise CommandError(str(exc)) from None
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # under torchrun the summary is rank 0's
     final = metrics["final"]
     val = "-" if final["val_l1"] is None else f"{final['val_l1']:.4f}"
     print(f"episodes:   {len(good)} used, {len(failed)} failed skipped, "
@@ -274,8 +282,6 @@ def run(args) -> int:
           f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
     print(f"frames:     {metrics['data']['frames']} ({metrics['data']['train_frames']} train)")
     world = metrics["distributed"]["world_size"]
-    if metrics["distributed"].get("weights_sha256") and os.environ.get("RANK", "0") != "0":
-        return 0  # under torchrun the summary is rank 0's
     print(f"steps:      {metrics['steps']} x batch {train_config.batch_size}"
           + (f" ({world} processes x {train_config.batch_size // world})" if world > 1 else ""))
     print(f"device:     {metrics['device']} ({metrics['precision']})")
