@@ -80,6 +80,13 @@ class PandaKinematics:
         # panda_link0 is the fixed base (PyBullet's link -1), at the world origin.
         self.link_ids = {v.link: links.get(v.link, -1) for v in self.visuals}
         self._client = self._backend.client
+        # The fixed base's URDF frame: PyBullet reports the base's centre of mass, which sits
+        # at panda_link0's <inertial> origin (5 cm up), so undo that offset once.
+        com_p, com_q = self._backend.base_pose(self._arm.body)
+        local_p, local_q = self._client.getDynamicsInfo(self._arm.body, -1)[3:5]
+        to_frame = self._client.invertTransform(local_p, local_q)
+        frame_p, frame_q = self._client.multiplyTransforms(com_p, com_q, *to_frame)
+        self._base_frame = np.array([*frame_p, *frame_q])
         # getLinkStates reads these links in one call: the meshed links, then the grasp target.
         self._state_links = [i for i in self.link_ids.values() if i >= 0] + [self._arm.grasp_link]
         position = {link: k for k, link in enumerate(self._state_links[:-1])}
@@ -103,11 +110,10 @@ class PandaKinematics:
         order of `visuals`, and the grasp point (3,) (panda_grasptarget)."""
         self._set(q)
         states = self._client.getLinkStates(self._arm.body, self._state_links, computeForwardKinematics=1)
-        base_p, base_q = self._backend.base_pose(self._arm.body)
         out = np.empty((len(self._rows), 7))
         for row, index in enumerate(self._rows):
             if index < 0:
-                out[row, :3], out[row, 3:] = base_p, base_q
+                out[row] = self._base_frame
             else:
                 state = states[index]
                 out[row, :3], out[row, 3:] = state[4], state[5]

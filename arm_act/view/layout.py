@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import rerun.blueprint as rrb
 
-from arm_act.sim.robot import ARM_JOINTS
-
 APPLICATION_ID = "arm_act"
 TIMELINE = "sim_time"
 CAMERAS = ("front", "wrist")
@@ -76,6 +74,10 @@ TABLE = "world/table"
 def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
     """Cameras with attention and the episode on the left, the 3D scene with the diagnostics
     below it in the middle, the joints (actual vs commanded) and gripper on the right."""
+    # Imported here, not at the top: the sim imports PyBullet, which prints a banner, and
+    # `arm-act view` checks its bags before anything prints.
+    from arm_act.sim.robot import ARM_JOINTS
+
     left = rrb.Vertical(
         *[rrb.Spatial2DView(origin=f"cameras/{c}", name=f"{c} camera, attention") for c in cameras],
         rrb.StateTimelineView(origin=EPISODE_STATE, name="episode state"),

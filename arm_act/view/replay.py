@@ -15,8 +15,6 @@ from pathlib import Path
 
 from arm_act.bags import BagError, BagInfo, bag_info, find_bags, read_bag
 from arm_act.view import layout as L
-from arm_act.view.kinematics import PandaKinematics
-from arm_act.view.logger import RunLogger
 from arm_act.view.sinks import ViewerError, WebViewer, open_recording
 
 logger = logging.getLogger(__name__)
@@ -64,9 +62,11 @@ def check_bag(bag: Path) -> BagInfo:
 
 
 def replay_bag(bag: str | os.PathLike, *, save: Path | None = None, web: WebViewer | None = None,
-               spawn: bool = False, kinematics: PandaKinematics | None = None) -> ReplayResult:
+               spawn: bool = False, kinematics=None) -> ReplayResult:
     """Log one bag into a recording sent to `save` (.rrd), `web` and/or a native viewer;
     kinematics: a PandaKinematics to share between bags (else one is made)."""
+    from arm_act.view.logger import RunLogger  # PyBullet (and its banner) only once there is a bag to show
+
     bag = Path(bag)
     info = check_bag(bag)
     if info.problem:
@@ -115,6 +115,8 @@ def view_bags(paths: Sequence[str | os.PathLike], *, save: Path | None = None, w
     if save is not None and save.exists() and save.is_file() and len(bags) == 1:
         raise ViewerError(f"{save} exists already")
     server = WebViewer(port or 0) if web else None
+    from arm_act.view.kinematics import PandaKinematics
+
     results = []
     kinematics = PandaKinematics()
     try:
