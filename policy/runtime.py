@@ -18,6 +18,10 @@ backend="onnx" runs the forward pass through an onnxruntime session exported at 
 that check fails the runtime warns and stays on torch (`runtime.backend` says which one
 runs). Attention weights for viewers (need_attention=True) always come from torch. The
 graph is a snapshot of the weights at construction: build a new runtime after changing them.
+
+device ("cpu" by default; "auto", "cuda", "cuda:N", policy/device.py) is where the torch
+model runs, in float32; onnxruntime runs on the CPU, so with a CUDA device the runtime uses
+torch there instead (`backend_note` says so).
 """
 from __future__ import annotations
 
@@ -128,10 +132,14 @@ class PolicyRuntime:
     """A loaded policy plus its chunk executor."""
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
-                 m: float = 0.1, threads: int | None = None, backend: str = "torch"):
+                 m: float = 0.1, threads: int | None = None, backend: str = "torch",
+                 device: str | torch.device = "cpu"):
+        from arm_act.policy.device import resolve_device
+
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} must be one of {list(BACKENDS)}")
-        self.model = model.eval()
+        self.device = resolve_device(device)  # DeviceError (a ValueError) when it is not there
+        self.model = model.eval().to(self.device)
         self.config: PolicyConfig = model.config
         self.normalizer = normalizer
         self.tokenizer = model.tokenizer()
@@ -144,7 +152,10 @@ class PolicyRuntime:
         self._ids = self._ids_mask = None
         self.requested_backend = backend
         self.backend, self.backend_note, self._onnx = "torch", "", None
-        if backend == "onnx":
+        if backend == "onnx" and self.device.type != "cpu":
+            self.backend_note = f"onnxruntime runs on the CPU; torch runs the policy on {self.device}"
+            logger.info("backend='onnx' with device %s: %s", self.device, self.backend_note)
+        elif backend == "onnx":
             from arm_act.policy.onnx_backend import verified_onnx_policy
 
             self._onnx, self.backend_note = verified_onnx_policy(
@@ -157,14 +168,16 @@ class PolicyRuntime:
     @classmethod
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
-                        image_size: int | None = None, backend: str = "torch") -> PolicyRuntime:
+                        image_size: int | None = None, backend: str = "torch",
+                        device: str | torch.device = "cpu") -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
         if image_size is not None:
             expected["image_size"] = image_size
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
-        return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend)
+        return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
+                   device=device)
 
     def reset(self) -> None:
         self.executor.reset()
@@ -172,8 +185,8 @@ class PolicyRuntime:
     def _instruction_tokens(self, instruction: str):
         if instruction != self._instruction:  # tokenised once per episode, not per frame
             ids, mask = self.tokenizer.encode(instruction)
-            self._ids = torch.as_tensor(ids)[None]  # (1, L)
-            self._ids_mask = torch.as_tensor(mask)[None]  # (1, L)
+            self._ids = torch.as_tensor(ids)[None].to(self.device)  # (1, L)
+            self._ids_mask = torch.as_tensor(mask)[None].to(self.device)  # (1, L)
             self._instruction = instruction
         return self._ids, self._ids_mask
 
@@ -207,6 +220,8 @@ class PolicyRuntime:
         if self.threads is not None and torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
         pixels, state = self.preprocess(images, joint_position)
+        if self.device.type != "cpu":
+            pixels, state = pixels.to(self.device), state.to(self.device)
         ids, ids_mask = self._instruction_tokens(instruction)
         start = time.perf_counter()
         cross_attention = target = None
@@ -214,9 +229,10 @@ class PolicyRuntime:
             normalised = self._onnx(pixels, state, ids, ids_mask)  # (1, K, A)
         else:
             out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
-            normalised, cross_attention = out.actions, out.cross_attention
+            normalised = out.actions.cpu()
+            cross_attention = None if out.cross_attention is None else out.cross_attention.cpu()
             if out.target is not None:
-                target = out.target[0].double().numpy()  # (3,) m
+                target = out.target[0].double().cpu().numpy()  # (3,) m
         latency = time.perf_counter() - start
         actions = self.normalizer.unnormalize_action(normalised[0].double().numpy())  # (K, A)
         if not np.all(np.isfinite(actions)):
