@@ -3,7 +3,7 @@ arithmetic of one episode: the Wilson interval against published values, the lif
 counts, the per-block-count rates and the median grounding error."""
 import pytest
 
-from arm_act.cli.eval import summarize, wilson_interval
+from arm_act.eval.evaluate import summarize, wilson_interval
 
 pytestmark = pytest.mark.unit
 
