@@ -7,11 +7,12 @@
     torchrun --standalone --nproc-per-node 2 $(which arm-act) train --data ... --out ...
     arm-act train --nproc-per-node 2 --data ... --out ...                  # the same, shorter
 
-Bags are found recursively under each --data directory and decoded once into a cache
-(rebuilt when a bag changes); failed demonstrations and incomplete bags are skipped.
-Grounding layouts are rendered once into the same cache. A run
-whose --out already holds a training state resumes from it. Progress goes to stderr, the
-summary to stdout.
+Bags are found at any depth under each --data path and decoded once into a cache (rebuilt
+when a bag changes); failed demonstrations and incomplete bags are skipped; grounding
+layouts are rendered once into the same cache (arm_act/data/training.py). A run whose --out
+already holds a training state resumes from it. Progress goes to stderr, the summary to
+stdout. This module parses the options and the --config items, calls
+arm_act.data.training.train_from_bags and prints the summary.
 """
 from __future__ import annotations
 
@@ -152,53 +153,6 @@ def default_cache(out: Path) -> Path:
     return Path.home() / ".cache" / "arm_act"
 
 
-def _sim_config(policy_config):
-    """The sim's cameras that the policy reads, at the policy's image size."""
-    from arm_act.sim import SimConfig
-
-    base = SimConfig()
-    by_name = {c.name: c for c in base.cameras}
-    missing = sorted(set(policy_config.cameras) - set(by_name))
-    if missing:
-        raise CommandError(f"target head: the sim has no camera(s) {missing}")
-    cameras = tuple(by_name[name] for name in policy_config.cameras)  # in the policy's order
-    size = policy_config.image_size
-    return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
-
-
-def label_pixels(demos, policy_config) -> None:
-    """The named block's pixel in each camera at each demonstration frame (for the target
-    head's per-patch loss)."""
-    import time
-
-    from arm_act.data.grounding import label_demo_pixels
-
-    started = time.monotonic()
-    label_demo_pixels(demos, _sim_config(policy_config))
-    print(f"labelled the named block's pixels in {sum(e.n_frames for e in demos)} frames "
-          f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
-
-
-def grounding_frames(demos, policy_config, train_config, cache: Path) -> list:
-    """Rendered layouts for the target head (arm_act.data.grounding), with the demonstrations'
-    cameras at the policy's image size."""
-    from arm_act.data.grounding import approach_poses, render_grounding_frames
-
-    if policy_config.target_weight <= 0:
-        raise CommandError("grounding_layouts needs the target head: set target_weight > 0")
-    config = _sim_config(policy_config)
-    poses = approach_poses(demos, config.block_size)
-    print(f"grounding layouts: {train_config.grounding_layouts} (seeds "
-          f"{train_config.grounding_seed}+, {train_config.grounding_borrowed_poses:.0%} in poses borrowed "
-          f"from {len(poses)} demonstration frames)", file=sys.stderr)
-    try:
-        return render_grounding_frames(
-            train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
-            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None)
-    except ValueError as exc:
-        raise CommandError(f"grounding layouts: {exc}") from None
-
-
 def _forwarded_argv(args) -> list[str]:
     """This command's arguments without --nproc-per-node (for the torchrun children)."""
     argv = ["train", "--data", *map(str, args.data), "--out", str(args.out)]
@@ -230,55 +184,26 @@ def run(args) -> int:
             raise CommandError(f"torchrun with {args.nproc_per_node} processes exited with status "
                                f"{status} (its output above names the rank that failed)")
         return 0
-    from arm_act.bags import BagError, find_bags
-    from arm_act.data.dataset import DatasetError, load_dataset
-    from arm_act.policy.train import TrainingError, train
+    from arm_act.data.dataset import DatasetError
+    from arm_act.data.training import train_from_bags
+    from arm_act.policy.train import TrainingError
 
     policy_config, train_config = build_configs(
         args.config, {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
                       "seed": args.seed, "init_from": None if args.init is None else str(args.init)})
     cache = args.cache or default_cache(args.out)
     try:
-        bags = find_bags(args.data)
-        episodes = load_dataset(args.data, cache, policy_config.cameras)
-    except (BagError, DatasetError) as exc:
-        raise CommandError(str(exc)) from None
-    good = [e for e in episodes if e.success]
-    failed = [e for e in episodes if not e.success]
-    if not good:
-        raise CommandError(f"none of the {len(episodes)} demonstrations succeeded; nothing "
-                           "to train on")
-    rates = sorted({(e.control_rate, e.camera_rate) for e in good})
-    if len(rates) > 1:
-        # A chunk is K control ticks: mixing rates would mix what one step of it means.
-        raise CommandError(f"the demonstrations mix (control, camera) rates {rates}; train "
-                           "on bags of one rate")
-    data_info = {"dirs": [str(d) for d in args.data], "bags_found": len(bags),
-                 "control_rate": rates[0][0], "camera_rate": rates[0][1],
-                 "skipped_incomplete": len(bags) - len(episodes),
-                 "skipped_failed": len(failed), "cache": str(cache)}
-    print(f"training on {len(good)} demonstrations ({sum(e.n_frames for e in good)} frames); "
-          f"skipped {len(failed)} failed and {len(bags) - len(episodes)} incomplete",
-          file=sys.stderr)
-    grounding = []
-    if policy_config.target_weight > 0:
-        label_pixels(good, policy_config)
-    if train_config.grounding_layouts:
-        grounding = grounding_frames(good, policy_config, train_config, cache)
-        data_info["grounding_layouts"] = len(grounding)
-    try:
-        metrics = train(good, policy_config, train_config, args.out,
-                        resume=not args.no_resume, progress=sys.stderr.isatty(),
-                        data_info=data_info, grounding=grounding, device=args.device,
-                        precision=args.precision, timeout_s=args.ddp_timeout)
-    except TrainingError as exc:
+        metrics, data = train_from_bags(args.data, args.out, cache, policy_config, train_config,
+                                        resume=not args.no_resume, progress=sys.stderr.isatty(), device=args.device,
+                                        precision=args.precision, timeout_s=args.ddp_timeout)
+    except (DatasetError, TrainingError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     if os.environ.get("RANK", "0") != "0":
         return 0  # under torchrun the summary is rank 0's
     final = metrics["final"]
     val = "-" if final["val_l1"] is None else f"{final['val_l1']:.4f}"
-    print(f"episodes:   {len(good)} used, {len(failed)} failed skipped, "
-          f"{len(bags) - len(episodes)} incomplete skipped "
+    print(f"episodes:   {len(data.demos)} used, {data.failed} failed skipped, "
+          f"{data.incomplete} incomplete skipped "
           f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
     print(f"frames:     {metrics['data']['frames']} ({metrics['data']['train_frames']} train)")
     world = metrics["distributed"]["world_size"]

@@ -1,0 +1,127 @@
+"""What `arm-act train` feeds the trainer: demonstrations from bags, the target head's pixel
+labels and the rendered grounding layouts, with a description of the data for metrics.json.
+
+    data = prepare_training_data([Path("data/demos")], cache, policy_config, train_config)
+    train(data.demos, policy_config, train_config, out, grounding=data.grounding, data_info=data.info)
+
+Bags are found by arm_act.bags.find_bags (at any depth under each path) and decoded through
+the cache (arm_act.data.dataset); incomplete bags and failed demonstrations are skipped and
+counted. Demonstrations of different (control, camera) rates are refused: a chunk is K
+control ticks, and mixing rates would mix what one step of it means.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from arm_act.data.dataset import DatasetError, EpisodeArrays, load_dataset
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingData:
+    demos: list[EpisodeArrays]  # the successful demonstrations, pixel-labelled when the policy has a target head
+    grounding: list  # rendered grounding layouts (arm_act.data.grounding), empty unless asked for
+    info: dict  # what metrics.json records about the data
+    bags_found: int
+    failed: int  # failed demonstrations skipped
+    incomplete: int  # incomplete bags skipped
+
+
+def sim_config_for(policy_config):
+    """The sim's cameras that the policy reads, in the policy's order, at its image size.
+    ValueError when the sim has no camera of a name the policy uses."""
+    from arm_act.sim import SimConfig
+
+    base = SimConfig()
+    by_name = {c.name: c for c in base.cameras}
+    missing = sorted(set(policy_config.cameras) - set(by_name))
+    if missing:
+        raise ValueError(f"target head: the sim has no camera(s) {missing}")
+    cameras = tuple(by_name[name] for name in policy_config.cameras)
+    size = policy_config.image_size
+    return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
+
+
+def label_pixels(demos: Sequence[EpisodeArrays], policy_config) -> None:
+    """The named block's pixel in each camera at each demonstration frame (for the target
+    head's per-patch loss), in place."""
+    from arm_act.data.grounding import label_demo_pixels
+
+    started = time.monotonic()
+    label_demo_pixels(demos, sim_config_for(policy_config))
+    logger.info("labelled the named block's pixels in %d frames (%.0f s)", sum(e.n_frames for e in demos),
+                time.monotonic() - started)
+
+
+def grounding_frames(demos: Sequence[EpisodeArrays], policy_config, train_config, cache: Path) -> list:
+    """Rendered layouts for the target head (arm_act.data.grounding), with the demonstrations'
+    cameras at the policy's image size. ValueError without a target head or for bad settings."""
+    from arm_act.data.grounding import approach_poses, render_grounding_frames
+
+    if policy_config.target_weight <= 0:
+        raise ValueError("grounding_layouts needs the target head: set target_weight > 0")
+    config = sim_config_for(policy_config)
+    poses = approach_poses(demos, config.block_size)
+    logger.info("grounding layouts: %d (seeds %d+, %.0f%% in poses borrowed from %d demonstration frames)",
+                train_config.grounding_layouts, train_config.grounding_seed,
+                100 * train_config.grounding_borrowed_poses, len(poses))
+    try:
+        return render_grounding_frames(
+            train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
+            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None)
+    except ValueError as exc:
+        raise ValueError(f"grounding layouts: {exc}") from None
+
+
+def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy_config,
+                          train_config) -> TrainingData:
+    """Everything training reads (module docstring). Raises DatasetError for bags that
+    cannot be used (none found, damaged, none successful, mixed rates) and ValueError for
+    grounding settings that do not fit the policy."""
+    from arm_act.bags import BagError, find_bags
+
+    try:
+        bags = find_bags(dirs)
+    except BagError as exc:
+        raise DatasetError(str(exc)) from None
+    episodes = load_dataset(dirs, cache, policy_config.cameras)
+    good = [e for e in episodes if e.success]
+    failed = len(episodes) - len(good)
+    incomplete = len(bags) - len(episodes)
+    if not good:
+        raise DatasetError(f"none of the {len(episodes)} demonstrations succeeded; nothing to train on")
+    rates = sorted({(e.control_rate, e.camera_rate) for e in good})
+    if len(rates) > 1:
+        raise DatasetError(f"the demonstrations mix (control, camera) rates {rates}; train on bags of one rate")
+    info = {"dirs": [str(d) for d in dirs], "bags_found": len(bags),
+            "control_rate": rates[0][0], "camera_rate": rates[0][1],
+            "skipped_incomplete": incomplete, "skipped_failed": failed, "cache": str(cache)}
+    logger.info("training on %d demonstrations (%d frames); skipped %d failed and %d incomplete",
+                len(good), sum(e.n_frames for e in good), failed, incomplete)
+    grounding: list = []
+    if policy_config.target_weight > 0:
+        label_pixels(good, policy_config)
+    if train_config.grounding_layouts:
+        grounding = grounding_frames(good, policy_config, train_config, cache)
+        info["grounding_layouts"] = len(grounding)
+    return TrainingData(good, grounding, info, len(bags), failed, incomplete)
+
+
+def train_from_bags(dirs: Sequence[str | os.PathLike], out: Path, cache: Path, policy_config, train_config,
+                    **train_options) -> tuple[dict, TrainingData]:
+    """prepare_training_data, then arm_act.policy.train.train into the checkpoint directory
+    `out` (train_options: resume, progress, device, precision, timeout_s) -> (its metrics,
+    the data). Raises DatasetError, ValueError (see prepare_training_data) and TrainingError."""
+    from arm_act.policy.train import train
+
+    data = prepare_training_data(dirs, cache, policy_config, train_config)
+    metrics = train(data.demos, policy_config, train_config, out, data_info=data.info, grounding=data.grounding,
+                    **train_options)
+    return metrics, data
