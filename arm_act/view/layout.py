@@ -92,10 +92,12 @@ def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
     middle = rrb.Vertical(scene, rrb.TimeSeriesView(origin="diagnostics", name="policy diagnostics"),
                           row_shares=[3, 1])
     right = rrb.Vertical(
-        rrb.Grid(*[rrb.TimeSeriesView(origin=f"joints/{j}", name=f"{j}: actual / command") for j in ARM_JOINTS],
+        rrb.Grid(*[rrb.TimeSeriesView(origin=f"joints/{j}", name=f"joint {j[-1]} (rad): actual, command")
+                   for j in ARM_JOINTS],
                  rrb.TimeSeriesView(origin="gripper", name="gripper opening (mm)"), grid_columns=2),
     )
     return rrb.Blueprint(
         rrb.Horizontal(left, middle, right, column_shares=[1.0, 1.7, 1.4]),
-        rrb.BlueprintPanel(expanded=False), rrb.SelectionPanel(expanded=False), rrb.TimePanel(expanded=True),
+        rrb.BlueprintPanel(state="collapsed"), rrb.SelectionPanel(state="collapsed"),
+        rrb.TimePanel(state="collapsed", timeline=TIMELINE),
     )
