@@ -33,9 +33,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def ros_context():
-    """A private, initialised rclpy context in a fresh domain; shut down afterwards."""
+def ros_context(request):
+    """A private, initialised rclpy context in a fresh domain; shut down afterwards. Only for
+    tests marked `ros` or `e2e`: a `unit` test that starts DDS is in the wrong layer."""
     import rclpy
+
+    if request.node.get_closest_marker("unit") is not None:
+        pytest.fail(f"{request.node.nodeid} starts rclpy/DDS (ros_context): mark it `ros`, not `unit`")
 
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=next(_domain_ids) % 230)
