@@ -16,7 +16,8 @@ when the executor gets round to it: at start-up, or whenever the executor falls 
 clock would have moved on and messages would be stamped up to hundreds of ms late. So a
 message is never stamped earlier than the sim time it was sent at, nor later than one /clock
 step after. Messages wait in memory until a later /clock message has been seen (at most
-STAMP_WAIT_S wall seconds; then the newest clock known is used). Messages arrive as raw CDR (raw=True subscriptions: no
+STAMP_WAIT_S wall seconds; then the newest clock known is used). Reception times of different
+readers are compared with RECEPTION_SKEW_NS of slack. Messages arrive as raw CDR (raw=True subscriptions: no
 rclpy deserialization) and are stored in canonical form (arm_act.bags.codec). Sensor topics
 are subscribed best-effort (sensor-data QoS), `task` and `episode` transient-local, the rest
 reliable; each topic's metadata records the QoS its publishers offer, as rosbag2 does.
@@ -55,6 +56,7 @@ from arm_act.bags import (
     live_topic_types,
     to_rosbags_qos,
 )
+from arm_act.nodes.guard import guarded
 
 DEFAULT_TOPICS = list(live_topic_types())
 # Sensor data is best effort (qos_profile_sensor_data) but with a deeper queue than its 5,
@@ -66,10 +68,18 @@ LATCHED_SUBSCRIPTION_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
 RELIABLE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.VOLATILE)
+CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500, reliability=ReliabilityPolicy.BEST_EFFORT,
+                       durability=DurabilityPolicy.VOLATILE)
 # Wall seconds a received message may wait for the next /clock before it is stamped anyway.
 STAMP_WAIT_S = 0.25
 # Wall seconds of /clock reception history kept for stamping.
 CLOCK_HISTORY_S = 10.0
+# Each DDS reader of this process timestamps its own receptions, and the order between readers
+# is not kept at the microsecond: sim_node's joint state of tick t, sent right after the /clock
+# of t, measured 10 us *before* that /clock here, and was stamped a clock step early. A /clock
+# received up to this long after a message still counts as before it (a command sent just
+# before the next clock step is then stamped with that step: at most one step late, never early).
+RECEPTION_SKEW_NS = 3_000_000
 
 
 def message_class(msgtype: str):
@@ -125,7 +135,10 @@ class BagRecorder(Node):
         steady = Clock(clock_type=ClockType.STEADY_TIME)  # flushing must not stop with sim time
         self.create_timer(float(param("flush_interval")), self.flush_callback, clock=steady)
         self.create_timer(STAMP_WAIT_S / 2, self.stamp_callback, clock=steady)
-        self.create_subscription(ClockMsg, "/clock", self.clock_callback, RELIABLE_QOS)
+        # Best effort, like the recorded sensor topics: a reliable reader's reception time can be
+        # that of a repair (resent sample), hundreds of ms after the data subscriptions saw the
+        # messages that followed it (measured on a loaded machine).
+        self._clock_sub = self.create_subscription(ClockMsg, "/clock", self.clock_callback, CLOCK_QOS)
         for topic, name in plan.items():
             msgtype = known_type(name if name == "/clock" else name.lstrip("/"))
             if msgtype is None:
@@ -170,8 +183,26 @@ class BagRecorder(Node):
             self._pending.remove(topic)
             self.get_logger().info(f"{topic}: publisher found, recording")
 
+    @guarded("/clock")
     def clock_callback(self, msg: ClockMsg, info) -> None:
-        """Remember when each /clock message arrived (DDS reception time) and what it said."""
+        """Remember when each /clock message arrived (DDS reception time) and what it said.
+        Takes every /clock message already waiting, too: the executor serves one message per
+        subscription and round, and while it is behind (at start-up) the clock history would
+        trail the data it is needed for."""
+        self._note_clock(msg, info)
+        take = getattr(getattr(self._clock_sub, "handle", None), "take_message", None)
+        for _ in range(1000 if take is not None else 0):
+            try:
+                with self._clock_sub.handle:
+                    taken = take(ClockMsg, False)
+            except Exception:  # noqa: BLE001 - rclpy internals changed: the executor delivers the rest
+                break
+            if not taken or taken[0] is None:
+                break
+            self._note_clock(*taken)
+        self._stamp_ready()
+
+    def _note_clock(self, msg: ClockMsg, info) -> None:
         received = int(info.get("received_timestamp") or 0) or time.time_ns()
         sim = int(msg.clock.sec) * 1_000_000_000 + int(msg.clock.nanosec)
         if self._clock_received and received < self._clock_received[-1]:
@@ -181,7 +212,6 @@ class BagRecorder(Node):
         if len(self._clock_received) > 4096 and received - self._clock_received[0] > CLOCK_HISTORY_S * 1e9:
             cut = bisect.bisect_left(self._clock_received, received - int(CLOCK_HISTORY_S * 1e9))
             del self._clock_received[:cut], self._clock_sim[:cut]
-        self._stamp_ready()
 
     def sim_time_at(self, received_ns: int) -> int:
         """The sim time of the newest /clock received at or before `received_ns` (wall ns);
@@ -189,14 +219,15 @@ class BagRecorder(Node):
         with no /clock at all, the node clock."""
         if not self._clock_received:
             return self.get_clock().now().nanoseconds
-        index = bisect.bisect_right(self._clock_received, received_ns) - 1
+        index = bisect.bisect_right(self._clock_received, received_ns + RECEPTION_SKEW_NS) - 1
         return self._clock_sim[max(index, 0)]
 
+    @guarded("{0} message")
     def message_callback(self, topic: str, msgtype: str, raw: bytes, info) -> None:
         if self.failed is not None:
             return
         received = int(info.get("received_timestamp") or 0) or time.time_ns()
-        self._unstamped.append((received, self._order, topic, msgtype, raw))
+        self._unstamped.append((received, self._order, topic, msgtype, raw, time.monotonic()))
         self._order += 1
         self._stamp_ready()
 
@@ -206,19 +237,20 @@ class BagRecorder(Node):
     def _stamp_ready(self, everything: bool = False) -> None:
         """Write the messages whose stamp is settled: a /clock received after them has been
         seen (the /clock subscription is taken in reception order, so every earlier one has
-        been too), or they waited STAMP_WAIT_S; with `everything`, all of them."""
+        been too), or they were taken STAMP_WAIT_S ago and no /clock came since (the sim
+        stopped); with `everything`, all of them."""
         if not self._unstamped:
             return
         newest_clock = self._clock_received[-1] if self._clock_received else -1
-        oldest_allowed = time.time_ns() - int(STAMP_WAIT_S * 1e9)
+        oldest_allowed = time.monotonic() - STAMP_WAIT_S
         self._unstamped.sort()
         ready = 0
-        for received, *_ in self._unstamped:
-            if not (everything or received < newest_clock or received <= oldest_allowed):
+        for received, _, _, _, _, taken in self._unstamped:
+            if not (everything or received + RECEPTION_SKEW_NS < newest_clock or taken <= oldest_allowed):
                 break
             ready += 1
         batch, self._unstamped = self._unstamped[:ready], self._unstamped[ready:]
-        for received, _, topic, msgtype, raw in batch:
+        for received, _, topic, msgtype, raw, _ in batch:
             self._write(topic, msgtype, self.sim_time_at(received), raw)
 
     def _write(self, topic: str, msgtype: str, stamp: int, raw: bytes) -> None:
@@ -240,8 +272,9 @@ class BagRecorder(Node):
         try:
             status = json.loads(decode_cdr(raw, "std_msgs/msg/String").data)
             self.episodes[int(status["episode"])] = status
-        except (ValueError, KeyError, TypeError, BagError) as exc:
-            self.get_logger().warning(f"episode message is not the documented JSON: {exc}")
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError, BagError) as exc:
+            self.get_logger().warning(f"episode message is not the documented JSON: {exc}",
+                                      throttle_duration_sec=5.0)
             return
         ordered = [self.episodes[k] for k in sorted(self.episodes)]
         self.writer.set_metadata("episode_seeds", [e.get("seed") for e in ordered])

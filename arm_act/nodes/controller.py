@@ -219,10 +219,16 @@ class ControllerNode(Node, ABC):
                 self.control_timer_callback(due)
             index = now * self.control_rate // 1_000_000_000
             last = self._last_tick_index
+            if last is not None and index < last - self.control_rate:
+                # The clock went back by more than a second (sim_node restarted, or a stray
+                # /clock from the future came first): follow it instead of waiting to catch up.
+                rejections(self).reject("/clock", f"sim time jumped back from {last / self.control_rate:.2f} s "
+                                                  f"to {now * 1e-9:.2f} s; following it")
+                last = None
             if last is not None and index <= last:
                 return
-            if last is not None and index > last + 1:
-                self.missed_ticks += index - last - 1
+            if last is not None and last + 1 < index <= last + self.control_rate:
+                self.missed_ticks += index - last - 1  # (a jump of more than a second is not "missed")
             self._last_tick_index = index
             if self.joint_stamp_ns >= now:
                 self.control_timer_callback(now)

@@ -24,14 +24,16 @@ class Rejections:
         self.logger = logger
         self.every_s = every_s
         self.counts: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}  # exception type name -> count (tests: only ConversionError is expected)
         self._last_warned: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def reject(self, what: str, reason: object) -> None:
+    def reject(self, what: str, reason: object, kind: str = "ConversionError") -> None:
         now = time.monotonic()
         with self._lock:
             self.counts[what] = self.counts.get(what, 0) + 1
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
             last = self._last_warned.get(what)
             if last is not None and now - last < self.every_s:
                 self._suppressed[what] = self._suppressed.get(what, 0) + 1
@@ -62,7 +64,7 @@ def guarded(what: str):
                 return method(self, *args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the point of the guard: report, never die
                 label = what.format(*args) if "{0}" in what else what
-                rejections(self).reject(label, f"{type(exc).__name__}: {exc}")
+                rejections(self).reject(label, f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
                 return None
 
         return inner
