@@ -333,3 +333,26 @@ def test_attention_heat_map_follows_the_weights():
     alpha = rgba[:, :, 3].reshape(GRID, patch, GRID, patch)
     assert (alpha.min(axis=(1, 3)) == alpha.max(axis=(1, 3))).all()  # constant per patch
     assert alpha[1, 0, 4, 0] > alpha[5, 0, 0, 0] > 0 == alpha[0, 0, 0, 0]  # brightest where attended
+
+
+@pytest.mark.unit
+def test_video_frame_gains_a_joint_strip_and_old_callers_still_work():
+    from arm_act.common.viz import JOINT_COLOURS, JointStrip, compose_frame
+
+    images = {"front": np.full((96, 96, 3), 100, np.uint8), "wrist": np.full((96, 96, 3), 60, np.uint8)}
+    plain = compose_frame(images, None, "put the red block in the box", "running", 0.04, 0.04, 1.0)
+    strip = JointStrip(span_s=2.0, height=90)
+    for k in range(300):  # 3 s at 100 Hz: the strip keeps the last 2 s
+        q = HOME.copy()
+        q[:7] = -2.5 + 0.8 * np.arange(7) + 0.1 * np.sin(k / 50)  # apart, so no line covers another
+        strip.add_state(1.0 + k / 100, q)
+        strip.add_command(1.0 + k / 100, q[:7], 0.04)
+    framed = compose_frame(images, None, "put the red block in the box", "running", 0.04, 0.04, 1.0, strip=strip)
+    assert framed.shape == (plain.shape[0] + 90, plain.shape[1], 3)
+    np.testing.assert_array_equal(framed[: plain.shape[0]], plain)
+    drawn = framed[plain.shape[0]:]
+    for colour in JOINT_COLOURS:  # every joint has its line
+        assert (np.abs(drawn.astype(int) - colour).sum(axis=2) < 30).sum() > 20, colour
+    assert (drawn == 255).all(axis=2).sum() > 50  # the gripper opening, white
+    with pytest.raises(ValueError, match="span_s"):
+        JointStrip(span_s=0)

@@ -1,6 +1,7 @@
 """Pictures of what the policy sees: camera images with its cross-attention over the image
-patches drawn on top, the instruction, and commanded vs actual gripper. Used by the live
-view of `arm-act demo` and by the videos of `arm-act eval --video`."""
+patches drawn on top, the instruction, commanded vs actual gripper, and a strip of the
+joints over the last seconds. Used by the live view of `arm-act demo` (window or MP4), the
+videos of `arm-act eval --video`, and (the heat map) the Rerun viewer, arm_act.view."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,11 +55,88 @@ def attention_overlay(rgb: np.ndarray, grid: np.ndarray | None, scale: int = SCA
     return out
 
 
+# Joint colours of the strip (RGB), joints 1..7; the gripper is white.
+JOINT_COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
+                 (140, 86, 75), (227, 119, 194))
+
+
+class JointStrip:
+    """A small rolling plot for the video: the 7 arm joints (rad, solid: actual, thin: the
+    command) and the gripper opening (mm, below) over the last span_s seconds of sim time.
+
+    add_state(t, positions (9,)) per joint state, add_command(t, arm (7,) | None, gripper |
+    None) per command; render(width) draws the strip as an (height, width, 3) RGB image."""
+
+    JOINT_RANGE = (-3.0, 3.0)  # rad: the Panda's joints stay within it
+    GRIPPER_RANGE = (0.0, 0.04)  # m
+
+    def __init__(self, span_s: float = 4.0, height: int = 96):
+        if span_s <= 0 or height < 32:
+            raise ValueError(f"span_s={span_s} must be > 0 and height={height} >= 32")
+        self.span_s, self.height = float(span_s), int(height)
+        self._states: list[tuple[float, np.ndarray]] = []
+        self._arm: list[tuple[float, np.ndarray]] = []
+        self._gripper: list[tuple[float, float]] = []
+
+    def _trim(self, series: list, now: float) -> None:
+        while series and series[0][0] < now - self.span_s:
+            series.pop(0)
+
+    def add_state(self, t: float, positions: np.ndarray) -> None:
+        self._states.append((float(t), np.asarray(positions, dtype=np.float64)[:9].copy()))
+        self._trim(self._states, t)
+
+    def add_command(self, t: float, arm: np.ndarray | None = None, gripper: float | None = None) -> None:
+        if arm is not None:
+            self._arm.append((float(t), np.asarray(arm, dtype=np.float64)[:7].copy()))
+            self._trim(self._arm, t)
+        if gripper is not None:
+            self._gripper.append((float(t), float(gripper)))
+            self._trim(self._gripper, t)
+
+    def render(self, width: int) -> np.ndarray:
+        strip = np.full((self.height, width, 3), 18, np.uint8)
+        font = cv2.FONT_HERSHEY_SIMPLEX
+        joints_h = int(self.height * 0.68)
+        lanes = ((4, joints_h - 2, self.JOINT_RANGE), (joints_h + 4, self.height - 4, self.GRIPPER_RANGE))
+        for top, bottom, _ in lanes:
+            cv2.rectangle(strip, (0, top), (width - 1, bottom), (45, 45, 45), 1)
+        if not self._states:
+            return strip
+        now = self._states[-1][0]
+        left = 70
+
+        def points(series, value_of, lane) -> np.ndarray:
+            top, bottom, (lo, hi) = lane
+            pts = [(left + (t - (now - self.span_s)) / self.span_s * (width - left - 4),
+                    bottom - (np.clip(value_of(v), lo, hi) - lo) / (hi - lo) * (bottom - top)) for t, v in series]
+            return np.round(np.array(pts)).astype(np.int32).reshape(-1, 1, 2)
+
+        for j, colour in enumerate(JOINT_COLOURS):
+            if self._arm:
+                cv2.polylines(strip, [points(self._arm, lambda v, j=j: v[j], lanes[0])], False,
+                              tuple(int(c * 0.6) for c in colour), 1, cv2.LINE_AA)
+            cv2.polylines(strip, [points(self._states, lambda v, j=j: v[j], lanes[0])], False, colour, 2,
+                          cv2.LINE_AA)
+        if self._gripper:
+            cv2.polylines(strip, [points(self._gripper, lambda v: v, lanes[1])], False, (130, 130, 130), 1,
+                          cv2.LINE_AA)
+        cv2.polylines(strip, [points(self._states, lambda v: v[7:9].mean(), lanes[1])], False, (255, 255, 255), 2,
+                      cv2.LINE_AA)
+        cv2.putText(strip, "joints", (6, 20), font, 0.4, (220, 220, 220), 1, cv2.LINE_AA)
+        cv2.putText(strip, "rad", (6, 36), font, 0.35, (150, 150, 150), 1, cv2.LINE_AA)
+        cv2.putText(strip, "gripper", (6, joints_h + 18), font, 0.4, (220, 220, 220), 1, cv2.LINE_AA)
+        cv2.putText(strip, f"last {self.span_s:.0f} s", (6, 52), font, 0.35, (150, 150, 150), 1, cv2.LINE_AA)
+        return strip
+
+
 def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray] | None, instruction: str,
                   status: str, gripper_command: float | None, gripper_actual: float | None,
-                  time_s: float, marks: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                  time_s: float, marks: dict[str, np.ndarray] | None = None,
+                  strip: JointStrip | None = None) -> np.ndarray:
     """One RGB frame: the cameras side by side with attention, and a caption bar. marks:
-    {camera: (u, v) pixel} drawn as a cyan cross (where the policy thinks the named block is)."""
+    {camera: (u, v) pixel} drawn as a cyan cross (where the policy thinks the named block is);
+    strip: a JointStrip drawn below the caption (joints and gripper, actual and commanded)."""
     panels = [attention_overlay(rgb, attention.get(name) if attention else None) for name, rgb in images.items()]
     for name, panel in zip(images, panels, strict=True):
         uv = (marks or {}).get(name)
@@ -79,7 +157,8 @@ def compose_frame(images: dict[str, np.ndarray], attention: dict[str, np.ndarray
     for name, panel in zip(images, panels, strict=True):
         cv2.putText(row, name, (x, 16), font, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
         x += panel.shape[1]
-    return np.concatenate([row, caption], axis=0)
+    parts = [row, caption] if strip is None else [row, caption, strip.render(row.shape[1])]
+    return np.concatenate(parts, axis=0)
 
 
 class VideoWriter:

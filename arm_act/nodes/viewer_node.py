@@ -11,7 +11,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 
-from arm_act.common.viz import VideoWriter, compose_frame
+from arm_act.common.viz import JointStrip, VideoWriter, compose_frame
 from arm_act.nodes.controller import TRANSIENT_LOCAL
 from arm_act.ros import conversions as conv
 
@@ -35,11 +35,14 @@ class DemoViewer(Node):
         self._info: conv.EpisodeInfo | None = None
         self._frame: np.ndarray | None = None
         self._frame_ready = threading.Event()
+        self._strip = JointStrip()  # joints and gripper, actual vs commanded, under the cameras
+        self._state_time = 0.0  # sim time of the latest joint state (commands carry no stamp)
         for camera in cameras:
             self.create_subscription(Image, f"camera/{camera}/image_raw",
                                      lambda m, c=camera: self.image_callback(c, m), qos_profile_sensor_data)
         self.create_subscription(Float32MultiArray, "policy/attention", self.attention_callback, 10)
         self.create_subscription(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, self.gripper_callback, 10)
+        self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_callback, 10)
         self.create_subscription(JointState, "joint_states", self.joint_state_callback, qos_profile_sensor_data)
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
 
@@ -57,7 +60,7 @@ class DemoViewer(Node):
                     {c: self._images[c][1] for c in self.cameras}, self._attention,
                     info.instruction if info else "", info.state if info else "",
                     self._gripper_cmd, self._gripper,
-                    (stamp - info.start_ns) * 1e-9 if info else stamp * 1e-9)
+                    (stamp - info.start_ns) * 1e-9 if info else stamp * 1e-9, strip=self._strip)
                 self._frame_ready.set()
 
     def attention_callback(self, msg: Float32MultiArray) -> None:
@@ -71,12 +74,20 @@ class DemoViewer(Node):
     def gripper_callback(self, msg: Float64MultiArray) -> None:
         if len(msg.data) == 1:
             self._gripper_cmd = float(msg.data[0])
+            self._strip.add_command(self._state_time, gripper=self._gripper_cmd)
+
+    def arm_callback(self, msg: Float64MultiArray) -> None:
+        if len(msg.data) == conv.ARM_JOINTS:
+            self._strip.add_command(self._state_time, arm=np.asarray(msg.data))
 
     def joint_state_callback(self, msg: JointState) -> None:
         try:
-            self._gripper = float(conv.joint_positions_from_msg(msg)[7])
+            positions = conv.joint_positions_from_msg(msg)
         except conv.ConversionError:
-            pass
+            return
+        self._gripper = float(positions[7])
+        self._state_time = conv.stamp_to_sec(msg.header.stamp)
+        self._strip.add_state(self._state_time, positions)
 
     def episode_callback(self, msg: String) -> None:
         try:
