@@ -21,7 +21,7 @@ from arm_act.sim.task import ObjectState, PickPlaceTask
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("running", "success", "failure", "timeout")
+STATUSES = ("running", "success", "failure", "timeout")  # what status() returns; episode messages carry them
 
 
 class ArmEnv:

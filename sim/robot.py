@@ -107,6 +107,3 @@ class Panda:
         pos, _, _ = self._backend.joint_states(self.body, self.joint_ids[7:])
         return float(pos.mean())
 
-    def grasp_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        """World pose of panda_grasptarget (between the fingertips)."""
-        return self._backend.link_pose(self.body, self.grasp_link)

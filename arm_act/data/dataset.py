@@ -31,16 +31,15 @@ import numpy as np
 
 from arm_act.bags import BagError, bag_info, find_bags, read_bag
 from arm_act.common.progress import progress_bar
-from arm_act.ros.conversions import stamp_to_ns
+from arm_act.ros.conversions import ARM_COMMAND_TOPIC, ARM_JOINTS, GRIPPER_COMMAND_TOPIC, stamp_to_ns
 from arm_act.sim.robot import JOINT_NAMES
 
 logger = logging.getLogger(__name__)
 
 # Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
 CACHE_VERSION = 2  # 2: frame_target
-ARM_JOINTS = 7
-ARM_TOPIC = "/arm_controller/commands"
-GRIPPER_TOPIC = "/gripper_controller/commands"
+ARM_TOPIC = "/" + ARM_COMMAND_TOPIC
+GRIPPER_TOPIC = "/" + GRIPPER_COMMAND_TOPIC
 JOINT_TOPIC = "/joint_states"
 EPISODE_TOPIC = "/episode"
 TASK_TOPIC = "/task"

@@ -29,11 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from arm_act.bags import BagError, BagInfo, bag_info, read_bag
-from arm_act.ros.conversions import stamp_to_ns
+from arm_act.ros.conversions import ARM_COMMAND_TOPIC, ARM_JOINTS, GRIPPER_COMMAND_TOPIC, stamp_to_ns
 from arm_act.sim.robot import JOINT_NAMES
 from arm_act.sim.task import parse_instruction
 
-ARM_JOINTS = 7
 LATE_FACTOR = 1.5
 
 
@@ -63,7 +62,7 @@ class Series:
 
 def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
     names = {key: _topic(info, key) for key in (
-        "arm_controller/commands", "gripper_controller/commands", "joint_states", "episode", "objects",
+        ARM_COMMAND_TOPIC, GRIPPER_COMMAND_TOPIC, "joint_states", "episode", "objects",
         "task", "policy/action_chunk")}
     images = {t for t, topic in info.topics.items() if topic.msgtype == "sensor_msgs/msg/Image"}
     role = {topic: key for key, topic in names.items() if topic is not None}
@@ -74,10 +73,10 @@ def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
         if topic in images:
             if stamp_to_ns(msg.header.stamp) > 0:
                 series.image_stamps.add(stamp_to_ns(msg.header.stamp))
-        elif kind == "arm_controller/commands" and len(msg.data) == ARM_JOINTS:
+        elif kind == ARM_COMMAND_TOPIC and len(msg.data) == ARM_JOINTS:
             series.arm_t.append(stamp)
             series.arm.append(np.asarray(msg.data, dtype=np.float64))
-        elif kind == "gripper_controller/commands" and len(msg.data) == 1:
+        elif kind == GRIPPER_COMMAND_TOPIC and len(msg.data) == 1:
             series.gripper_t.append(stamp)
             series.gripper.append(float(msg.data[0]))
         elif kind == "joint_states":

@@ -19,13 +19,13 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArra
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker, MarkerArray
 
+from arm_act.sim.env import STATUSES as EPISODE_STATES  # re-exported: the states an episode message may carry
+from arm_act.sim.robot import ARM_JOINTS as _ARM_JOINT_NAMES
 from arm_act.sim.robot import JOINT_NAMES  # re-exported: the joint order of every message
 
-ARM_JOINTS = 7
-GRIPPER_MAX_OPENING = 0.04  # metres per finger, the Panda finger joint's upper limit
+ARM_JOINTS = len(_ARM_JOINT_NAMES)  # arm joints in a command; the gripper is a separate topic
 WORLD_FRAME = "world"
 MAX_STAMP_S = 2.0**31  # builtin_interfaces/Time holds int32 seconds
-EPISODE_STATES = ("running", "success", "failure", "timeout")
 ARM_COMMAND_TOPIC = "arm_controller/commands"
 GRIPPER_COMMAND_TOPIC = "gripper_controller/commands"
 
