@@ -1,10 +1,11 @@
 """`arm-act report BAG_OR_DIR... [--json] [--out DIR]`: metrics and plots from recorded bags.
 
-Each argument is a bag directory or a directory of bags (e.g. the output of `arm-act
-collect`). Metrics come only from the bag contents (arm_act.eval.report). Writes per-bag PNG
-plots, summary.md and report.json into --out; prints one line per bag (or, with --json,
-all metrics as JSON). A path that is not a bag, a truncated or incomplete bag: one line on
-stderr and exit status 2 (--allow-incomplete includes incomplete bags, marked as such).
+Each argument is a bag, an .mcap file or a directory with bags at any depth (e.g. the
+output of `arm-act collect`; the rule: arm_act/bags/find.py). Metrics come only from the
+bag contents (arm_act.eval.report). Writes per-bag PNG plots, summary.md and report.json
+into --out; prints one line per bag (or, with --json, all metrics as JSON). A path that is
+not a bag, a truncated or incomplete bag: one line on stderr and exit status 2
+(--allow-incomplete includes incomplete bags, marked as such).
 """
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import argparse
 import json
 from pathlib import Path
 
-from arm_act.bags import BagError, find_bags
+from arm_act.bags import BagError
 from arm_act.cli.main import CommandError
-from arm_act.eval.report import aggregate, aggregate_line, analyse_bag, bag_line, write_report
+from arm_act.eval.report import aggregate_line, bag_line, report_bags
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="bag directories or directories of bags")
+    parser.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="bags, .mcap files or directories holding bags")
     parser.add_argument("--json", action="store_true", help="print all metrics as JSON")
     parser.add_argument("--out", default="report", metavar="DIR",
                         help="directory for plots, summary.md and report.json (default: ./report)")
@@ -28,22 +29,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    try:
-        bags = find_bags(args.bags)
-    except BagError as exc:
-        raise CommandError(str(exc)) from None
-    analyses = []
-    for bag in bags:
-        try:
-            analyses.append(analyse_bag(bag, allow_incomplete=args.allow_incomplete))
-        except BagError as exc:
-            raise CommandError(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - a damaged file deep inside a reader: one line
-            raise CommandError(f"{bag}: cannot read bag ({type(exc).__name__}: {exc})") from None
-    summary = aggregate(analyses)
     out = Path(args.out)
     try:
-        files = write_report(analyses, summary, out, plots=not args.no_plots)
+        analyses, summary, files = report_bags(args.bags, out, allow_incomplete=args.allow_incomplete,
+                                               plots=not args.no_plots)
+    except BagError as exc:
+        raise CommandError(str(exc)) from None
     except OSError as exc:
         raise CommandError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     if args.json:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arm_act.bags import BagError, BagInfo, bag_info, read_bag
+from arm_act.bags import BagError, BagInfo, bag_info, find_bags, read_bag
 from arm_act.ros.conversions import ARM_COMMAND_TOPIC, ARM_JOINTS, GRIPPER_COMMAND_TOPIC, stamp_to_ns
 from arm_act.sim.robot import JOINT_NAMES
 from arm_act.sim.task import parse_instruction
@@ -415,8 +415,26 @@ def write_report(analyses: list[BagAnalysis], summary: dict, out_dir: Path, plot
         written += files
         links = " ".join(f"[{f.name.rsplit('_', 1)[1][:-4]}]({f.name})" for f in files)
         lines.append(f"| {analysis.path} | {bag_line(analysis.metrics)} | {links} |")
-    lines += ["", "Definitions: see the docstring of arm_act/report.py.", ""]
+    lines += ["", "Definitions: see the docstring of arm_act/eval/report.py.", ""]
     (out_dir / "summary.md").write_text("\n".join(lines))
     (out_dir / "report.json").write_text(json.dumps(
         {"bags": [a.metrics for a in analyses], "aggregate": summary}, indent=1))
     return written + [out_dir / "summary.md", out_dir / "report.json"]
+
+
+def report_bags(paths, out_dir: Path, *, allow_incomplete: bool = False,
+                plots: bool = True) -> tuple[list[BagAnalysis], dict, list[Path]]:
+    """`arm-act report`: the bags the paths name (arm_act.bags.find_bags), each analysed,
+    the aggregate, and the report written into out_dir -> (analyses, aggregate, files).
+    Raises BagError (one line) for a path that names no bag or a bag that cannot be read,
+    OSError when out_dir cannot be written."""
+    analyses = []
+    for bag in find_bags(paths):
+        try:
+            analyses.append(analyse_bag(bag, allow_incomplete=allow_incomplete))
+        except BagError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged file deep inside a reader: one line
+            raise BagError(f"{bag}: cannot read bag ({type(exc).__name__}: {exc})") from None
+    summary = aggregate(analyses)
+    return analyses, summary, write_report(analyses, summary, out_dir, plots=plots)
