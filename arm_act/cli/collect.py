@@ -26,7 +26,11 @@ def configure(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (then S+1, S+2, ...)")
     parser.add_argument("--blocks", default="2-5", help="block count N or range LO-HI")
     parser.add_argument("--out", type=Path, required=True, help="directory for the bags")
-    parser.add_argument("--workers", type=int, default=1, help="parallel worker processes")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="parallel worker processes (with --ray local: the local Ray instance's CPUs)")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="one Ray task per episode: local (start Ray here), auto or ray://HOST:PORT "
+                             "(join a cluster); bags come back to this machine as bytes")
     parser.add_argument("--perturb", type=float, default=0.0,
                         help="expert perturbation probability per waypoint (recovery demonstrations)")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
@@ -76,7 +80,7 @@ def run(args) -> int:
 
         try:
             summary = collect(config, args.episodes, args.seed, blocks, workers=args.workers, resume=args.resume,
-                              on_record=on_record)
+                              on_record=on_record, ray=args.ray)
         except CheckpointError as exc:
             raise CommandError(f"--policy {exc}") from None
         except (ValueError, CollectError) as exc:

@@ -28,6 +28,9 @@ def configure(parser) -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
                         help="run the episodes through sim_node + policy_node/expert_node over DDS, in lockstep")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="one Ray task per episode: local (start Ray here), auto or ray://HOST:PORT "
+                             "(join a cluster); the checkpoint travels to the tasks, videos and bags come back")
     add_policy_arguments(parser)
 
 
@@ -41,6 +44,8 @@ def add_policy_arguments(parser) -> None:
                        help="control ticks before a chunk is usable (default: measured inference latency)")
     group.add_argument("--ideal", action="store_true", help="zero inference delay (ablation)")
     group.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    group.add_argument("--device", default="cpu", help="where torch runs the policy: cpu (default), auto, cuda, "
+                       "cuda:N (a CUDA device runs torch, not onnxruntime)")
     group.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="inference backend: eager torch, or an ONNX graph exported at load and "
                             "run by onnxruntime (checked against torch; falls back to torch)")
@@ -51,6 +56,7 @@ def add_policy_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from arm_act.common.ray_pool import RayPoolError
     from arm_act.eval.evaluate import EvalConfig, evaluate
     from arm_act.eval.in_process import PolicySettings
     from arm_act.policy.checkpoint import CheckpointError
@@ -58,13 +64,14 @@ def run(args) -> int:
     try:
         settings = PolicySettings(
             execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
-            ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed)
+            ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
+            device=args.device)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
-            over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings)
+            over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray)
         summary = evaluate(config)
-    except (CheckpointError, ValueError) as exc:
+    except (CheckpointError, ValueError, RayPoolError) as exc:
         raise CommandError(str(exc)) from None
     text = json.dumps(summary, indent=2)
     if args.out:

@@ -20,9 +20,16 @@ only the frames from there on.
 Each worker process holds one CollectionWorker (an env, and the policy runtime for
 takeover episodes); nothing is kept in module globals, so runs in one process never share
 state.
+
+With `ray` (an address: local, auto or ray://HOST:PORT; arm_act/common/ray_pool.py) each
+episode is one Ray task on whichever node has a free CPU: it records into a temporary
+directory there and sends the bag's files back as bytes, which the driver writes into
+config.out (no shared file system; a takeover checkpoint travels to the tasks the same
+way). The same seeds give the same bags, message for message, as a local run.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import multiprocessing
@@ -145,7 +152,9 @@ class CollectionWorker:
         record = worker.collect(spec)
     """
 
-    def __init__(self, config: CollectConfig):
+    def __init__(self, config: CollectConfig, policy_dir: Path | None = None):
+        """policy_dir: where the takeover checkpoint's files are on this node, when not at
+        config.policy (a Ray task's copy); the bags still name config.policy."""
         from arm_act.sim import ArmEnv
 
         self.config = config
@@ -153,7 +162,8 @@ class CollectionWorker:
         self.runtime = None
         try:
             if config.policy is not None:
-                self.runtime = config.load_policy()
+                where = config if policy_dir is None else dataclasses.replace(config, policy=Path(policy_dir))
+                self.runtime = where.load_policy()
         except BaseException:
             self.env.close()
             raise
@@ -283,13 +293,53 @@ def _run_in_processes(config: CollectConfig, specs: list[EpisodeSpec], workers: 
             process.join(timeout=10.0)
 
 
+def collect_remote(spec: EpisodeSpec, config: CollectConfig, checkpoint: dict[str, bytes] | None = None) -> dict:
+    """A Ray task: record one episode into a temporary directory of the node it runs on;
+    -> {"record", "bag" (its directory name), "files" ({relative path: bytes})}.
+    checkpoint: the takeover checkpoint's files, written next to it first."""
+    import tempfile
+
+    from arm_act.common.ray_pool import files_under, write_files
+
+    with tempfile.TemporaryDirectory(prefix="arm_act_collect_") as tmp:
+        policy_dir = None
+        if checkpoint is not None:
+            policy_dir = Path(tmp) / "checkpoint"
+            write_files(policy_dir, checkpoint)
+        local = dataclasses.replace(config, out=Path(tmp) / "bags")
+        with CollectionWorker(local, policy_dir=policy_dir) as worker:
+            record = worker.collect(spec)
+        bag = Path(record["bag"])
+        return {"record": record, "bag": bag.name, "files": files_under(bag)}
+
+
+def _run_on_ray(config: CollectConfig, specs: list[EpisodeSpec], address: str, local_cpus: int | None,
+                done: Callable[[dict], None], report) -> None:
+    from arm_act.common.ray_pool import files_under, ray_session, run_tasks, write_files
+
+    def arrived(_index: int, result: dict) -> None:
+        bag = config.out / result["bag"]
+        write_files(bag, result["files"])
+        done({**result["record"], "bag": str(bag)})
+
+    shared = {"config": config}
+    if config.policy is not None:
+        shared["checkpoint"] = files_under(config.policy)
+    with ray_session(address, local_cpus):
+        run_tasks(collect_remote, specs, desc="collect (ray)", unit="ep", on_result=arrived, report=report,
+                  shared=shared)
+
+
 def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, int], *, workers: int = 1,
-            resume: bool = False, on_record: Callable[[dict], None] | None = None) -> dict:
+            resume: bool = False, on_record: Callable[[dict], None] | None = None,
+            ray: str | None = None) -> dict:
     """Collect `episodes` episodes from `seed` (module docstring) into config.out; returns the
     summary (totals and every episode's record, sorted by seed). on_record(record) is called
-    as each episode ends. Raises ValueError for bad arguments, CheckpointError for a takeover
-    checkpoint that does not load (before any episode runs) and CollectError when the run
-    cannot start or an episode fails."""
+    as each episode ends. ray: run the episodes as Ray tasks (module docstring); with
+    "local", `workers` > 1 sets the local instance's CPUs (else all of this machine's).
+    Raises ValueError for bad arguments, CheckpointError for a takeover checkpoint that
+    does not load (before any episode runs) and CollectError when the run cannot start or
+    an episode fails (on Ray: fails twice)."""
     if episodes < 1 or workers < 1:
         raise ValueError(f"episodes={episodes} and workers={workers} must be >= 1")
     if config.policy is not None:  # a bad checkpoint fails here, before any worker starts
@@ -310,6 +360,9 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
 
     started = time.monotonic()
     records: list[dict] = []
+    from arm_act.common.ray_pool import TaskReport
+
+    report = TaskReport()
 
     def done(record: dict) -> None:
         records.append(record)
@@ -317,7 +370,10 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
             on_record(record)
 
     try:
-        if workers == 1:
+        if ray is not None:
+            if specs:
+                _run_on_ray(config, specs, ray, workers if workers > 1 else None, done, report)
+        elif workers == 1:
             with CollectionWorker(config) as worker:
                 for spec in specs:
                     done(worker.collect(spec))
@@ -333,6 +389,7 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
         "seed": seed, "blocks": _range_text(blocks), "perturb": config.perturb, "workers": workers,
         "policy": None if config.policy is None else str(config.policy),
         "handover": None if config.handover is None else _range_text(config.handover),
+        **({"ray": {"address": ray, **report.to_dict()}} if ray is not None else {}),
         "episodes_detail": records,
     }
 

@@ -9,6 +9,12 @@ sim_node schedules them, so in-process and over-ROS runs of the same seeds are t
 scenes. In process, each episode runs through arm_act.eval.in_process (PolicyRunner or
 ExpertRunner); over_ros=True runs them through sim_node and policy_node / expert_node over
 DDS in lockstep (arm_act.eval.over_ros), and the two agree episode by episode.
+
+ray (an address: local, auto or ray://HOST:PORT; arm_act/common/ray_pool.py) runs each
+episode as a Ray task instead, with the latency fixed on the driver (given, or measured
+there once) and the checkpoint's files sent to the tasks as bytes; videos and bags come
+back as bytes and are written on the driver. The same seeds give the same records as a
+local run.
 """
 from __future__ import annotations
 
@@ -40,12 +46,18 @@ class EvalConfig:
     video: Path | None = None
     bags: Path | None = None
     settings: PolicySettings = field(default_factory=PolicySettings)
+    ray: str | None = None
 
     def __post_init__(self):
         parse_blocks(self.blocks)  # raises ValueError quoting the text
         self.sim_config()  # ... and for bad rates or time limits
         if self.episodes < 1:
             raise ValueError(f"episodes={self.episodes} must be >= 1")
+        if self.ray is not None and self.over_ros:
+            raise ValueError("ray runs in-process episodes as tasks; over_ros runs them through nodes here")
+        if self.ray is not None and self.settings.device != "cpu":
+            raise ValueError(f"device={self.settings.device!r}: Ray tasks run the policy on a CPU each; "
+                             "the device applies to a local evaluation")
         if self.over_ros and (self.video is not None or self.bags is not None):
             raise ValueError("video and bags apply to in-process evaluation; record a bag with bag_recorder")
         if self.policy != EXPERT and not Path(self.policy).is_dir():
@@ -120,6 +132,63 @@ def _in_process(config: EvalConfig, runner) -> list[dict]:
     return results
 
 
+def evaluate_remote(spec, config: EvalConfig, latency_ticks: int = 0,
+                    checkpoint: dict[str, bytes] | None = None) -> dict:
+    """A Ray task: one episode on the node it runs on -> {"record", "files"}: the files are
+    the video and bag it wrote, relative to "video/" and "bags/" (for the driver to write)."""
+    import dataclasses
+    import tempfile
+
+    from arm_act.common.ray_pool import files_under, write_files
+    from arm_act.sim import ArmEnv
+
+    with tempfile.TemporaryDirectory(prefix="arm_act_eval_") as tmp:
+        root = Path(tmp)
+        if config.checkpoint is None:
+            runner = ExpertRunner()
+        else:
+            write_files(root / "checkpoint", checkpoint or {})
+            # The driver's latency, so that no task measures its own.
+            settings = dataclasses.replace(config.settings, latency_ticks=latency_ticks)
+            runner = PolicyRunner.load(root / "checkpoint", config.sim_config(), settings,
+                                       video_dir=None if config.video is None else root / "out" / "video",
+                                       bags_dir=None if config.bags is None else root / "out" / "bags",
+                                       named=config.checkpoint)
+        env = ArmEnv(config.sim_config())
+        try:
+            record = runner.run(env, spec)
+        finally:
+            env.close()
+        return {"record": record, "files": files_under(root / "out") if (root / "out").is_dir() else {}}
+
+
+def _on_ray(config: EvalConfig, runner) -> tuple[list[dict], dict]:
+    from arm_act.common.ray_pool import TaskReport, files_under, ray_session, run_tasks, write_files
+
+    blocks = parse_blocks(config.blocks)
+    specs = [episode_spec(index, config.seed, blocks) for index in range(config.episodes)]
+    outputs = {"video": config.video, "bags": config.bags}
+    successes = []
+
+    def arrived(_index: int, result: dict) -> None:
+        successes.append(result["record"]["success"])
+        for kind, directory in outputs.items():
+            mine = {name.partition("/")[2]: data for name, data in result["files"].items()
+                    if name.partition("/")[0] == kind}
+            if directory is not None and mine:
+                write_files(directory, mine)
+
+    shared = {"config": config}
+    if config.checkpoint is not None:
+        shared["latency_ticks"] = runner.latency_ticks
+        shared["checkpoint"] = files_under(config.checkpoint)
+    report = TaskReport()
+    with ray_session(config.ray):
+        results = run_tasks(evaluate_remote, specs, desc="eval (ray)", unit="ep", on_result=arrived,
+                            report=report, shared=shared)
+    return [r["record"] for r in results], {"address": config.ray, **report.to_dict()}
+
+
 def evaluate(config: EvalConfig) -> dict:
     """Run the episodes (module docstring) and summarize them. Raises CheckpointError or
     ValueError for a checkpoint that does not load or fit the sim. Progress goes to stderr."""
@@ -129,7 +198,10 @@ def evaluate(config: EvalConfig) -> dict:
         runner = PolicyRunner.load(config.checkpoint, config.sim_config(), config.settings,
                                    video_dir=config.video, bags_dir=config.bags)
     started = time.monotonic()
-    if config.over_ros:
+    extra = {}
+    if config.ray is not None:
+        results, extra["ray"] = _on_ray(config, runner)
+    elif config.over_ros:
         from arm_act.eval.over_ros import run_over_ros
 
         latency = runner.describe["latency_ticks"] if isinstance(runner.describe, dict) else 0
@@ -144,4 +216,5 @@ def evaluate(config: EvalConfig) -> dict:
         "control_rate": config.control_rate,
         "over_ros": bool(config.over_ros),
         "wall_time_s": round(time.monotonic() - started, 2),
+        **extra,
     })

@@ -141,6 +141,7 @@ class PolicySettings:
     threads: int = 2
     backend: str = "torch"
     max_joint_speed: float = 3.0
+    device: str = "cpu"  # where torch runs the policy: cpu, auto, cuda, cuda:N (policy/device.py)
 
     def __post_init__(self):
         from arm_act.policy.runtime import BACKENDS
@@ -157,6 +158,9 @@ class PolicySettings:
             raise ValueError(f"backend={self.backend!r} must be one of {list(BACKENDS)}")
         if not (math.isfinite(self.max_joint_speed) and self.max_joint_speed > 0):
             raise ValueError(f"max_joint_speed={self.max_joint_speed} must be > 0")
+        from arm_act.policy.device import resolve_device
+
+        resolve_device(self.device)  # DeviceError (a ValueError, one line) when it is not here
 
 
 class PolicyRunner:
@@ -182,16 +186,17 @@ class PolicyRunner:
 
     @classmethod
     def load(cls, checkpoint: Path, sim_config, settings: PolicySettings, video_dir: Path | None = None,
-             bags_dir: Path | None = None) -> PolicyRunner:
+             bags_dir: Path | None = None, named: Path | None = None) -> PolicyRunner:
         """Load the checkpoint for the sim's cameras and fix the latency (settings, else
-        measured here). Raises CheckpointError or ValueError for a checkpoint that does not
-        load or fit the sim."""
+        measured here). named: the checkpoint's name in records and bags when `checkpoint`
+        is a copy (a Ray task's). Raises CheckpointError or ValueError for a checkpoint that
+        does not load or fit the sim."""
         from arm_act.policy.runtime import PolicyRuntime, measure_latency_ticks
 
         runtime = PolicyRuntime.from_checkpoint(
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
-            backend=settings.backend)
+            backend=settings.backend, device=settings.device)
         measured = None
         if settings.ideal:
             latency_ticks = 0
@@ -200,7 +205,8 @@ class PolicyRunner:
         else:
             latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
             logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
-        return cls(runtime, checkpoint, sim_config, settings, latency_ticks, measured, video_dir, bags_dir)
+        return cls(runtime, checkpoint if named is None else named, sim_config, settings, latency_ticks, measured,
+                   video_dir, bags_dir)
 
     def run(self, env, spec) -> dict:
         from arm_act.sim.rollout import run_episode
