@@ -86,7 +86,7 @@ def test_an_episode_that_raises_leaves_an_incomplete_bag(tmp_path):
     try:
         with pytest.raises(RuntimeError):
             run_episode(env, Crashing(rng=np.random.default_rng(0)), spec.seed, spec.n_blocks,
-                        on_tick=recorder.on_tick())
+                        on_tick=recorder.record_tick)
         recorder.abort("agent crashed")
     finally:
         env.close()

@@ -5,7 +5,7 @@ Shared by `arm-act collect` (scripted-expert demonstrations) and `arm-act eval -
 
     recorder = EpisodeBagRecorder.for_rollout(out_dir, env, spec, expert="scripted")
     result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
-                         on_tick=recorder.on_tick(env, agent))
+                         on_tick=recorder.record_tick)
     recorder.finish(result)
 
 Per control tick k (t_k = start + k / control_rate; start = sim_node's first clock value, as
@@ -19,7 +19,6 @@ perturb_prob, policy, ...).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from arm_act.bags.writer import BagWriter, live_topic_specs
@@ -78,11 +77,8 @@ class EpisodeBagRecorder:
                                                            joint_state.effort, joint_state.names))
         write("/clock", stamp, conv.clock_msg(seconds))
 
-    def on_tick(self, env=None, agent=None) -> Callable:
-        """The on_tick callback for run_episode (env and agent: accepted for eval's call)."""
-        return self.record_tick
-
     def record_tick(self, obs, cmd) -> None:
+        """run_episode's on_tick callback: the tick's messages, as sim_node and the controller publish them."""
         seconds, stamp = self._stamp(obs.time)
         write = self.writer.write
         if self.ticks == 0:

@@ -202,7 +202,7 @@ class CollectionWorker:
         recorder = EpisodeBagRecorder.for_rollout(config.out, env, spec, compression=config.compression, **metadata)
         try:
             result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
-                                 on_tick=recorder.on_tick(env, agent))
+                                 on_tick=recorder.record_tick)
         except BaseException as exc:
             recorder.abort(f"episode failed: {type(exc).__name__}: {exc}")
             raise

@@ -225,7 +225,7 @@ class PolicyRunner:
             recorder = EpisodeBagRecorder.for_rollout(self.bags_dir, env, spec, policy=str(self.checkpoint))
         try:
             result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
-                                 on_tick=recorder.on_tick(env, agent) if recorder else None)
+                                 on_tick=recorder.record_tick if recorder else None)
         finally:
             if video is not None:
                 video.close()
