@@ -265,3 +265,36 @@ def test_resident_memory_does_not_grow_with_the_episodes(tmp_path):
     data_mb = (40 - 8) * 30 * 2 * 96 * 96 * 3 / 2**20
     grew_mb = (grew[40] - grew[8]) / 1024
     assert grew_mb < 8 + 0.1 * data_mb, (grew, data_mb)
+
+
+@pytest.mark.ros
+def test_policy_node_device_parameter(ros_context, tmp_path):
+    from rclpy.parameter import Parameter
+
+    from arm_act.nodes.policy_node import PolicyNode
+    from arm_act.policy.checkpoint import save_checkpoint
+    from arm_act.policy.normalizer import Normalizer
+
+    torch.manual_seed(0)
+    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0)
+    normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3))
+    save_checkpoint(tmp_path / "tiny", ACTPolicy(config), normalizer, None)
+
+    def node(device: str) -> PolicyNode:
+        params = [Parameter("checkpoint", value=str(tmp_path / "tiny")), Parameter("device", value=device),
+                  Parameter("use_sim_time", value=True)]
+        return PolicyNode(context=ros_context, parameter_overrides=params)
+
+    on_cpu = node("cpu")
+    try:
+        assert on_cpu.lifecycle_state == "active" and on_cpu.runtime.device == torch.device("cpu")
+    finally:
+        on_cpu.destroy_node()
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the missing-GPU failure cannot be seen here")
+    on_gpu = node("cuda")
+    try:  # the configure transition fails with the reason; the node stays unconfigured
+        assert on_gpu.lifecycle_state == "unconfigured" and on_gpu.runtime is None
+        assert "no CUDA GPU is available" in on_gpu.last_error
+    finally:
+        on_gpu.destroy_node()

@@ -21,8 +21,10 @@ arm_act policy_node` just works; launch files drive the transitions themselves w
 autostart:=false.
 
 Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
-max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads
-and latency_ticks are read at configure (set them while unconfigured).
+max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads,
+device and latency_ticks are read at configure (set them while unconfigured). device: cpu
+(default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
+there fails the configure transition with the reason.
 
 Safety: observations older than `stale_timeout` (sim seconds) or a failed inference make the
 node hold the last command and say so in policy/diagnostics; it resumes with fresh data.
@@ -59,7 +61,7 @@ EXECUTIONS = ("ensemble", "queue")
 # Parameters applied to the running policy by the on-set-parameters callback.
 LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
 # Parameters read at configure: they may change only while unconfigured.
-CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "latency_ticks", "publish_attention")
+CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart")
 MAX_IMAGE_PIXELS = 4096 * 4096
@@ -90,6 +92,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("ensemble_m", 0.1)
         declare("torch_threads", 1)
         declare("backend", "torch")
+        declare("device", "cpu")
         declare("stale_timeout", 0.5)
         declare("max_joint_speed", 3.0)
         declare("latency_ticks", 1)
@@ -167,7 +170,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                     raise ValueError(f"backend={p('backend')!r} must be one of {list(BACKENDS)}")
                 runtime = PolicyRuntime.from_checkpoint(
                     Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
-                    threads=int(p("torch_threads")), backend=str(p("backend")),
+                    threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
                 )
                 self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                        f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
