@@ -1,15 +1,16 @@
 """The pictures in README.md and docs/architecture.md, made from the code in this repository.
 
     python docs/make_figures.py architecture            # docs/architecture.png (matplotlib)
-    python docs/make_figures.py demo                    # docs/demo.png from a fresh evaluation
-    python docs/make_figures.py demo --video FILE.mp4 --frame 18
+    python docs/make_figures.py demo                    # docs/demo.png from a fresh live run
+    python docs/make_figures.py demo --video FILE.mp4 --frame 16
 
 `architecture` draws the data flow between the nodes and the offline pipeline. `demo` runs
-one episode of the shipped policy in process (`arm-act eval --policy checkpoints/default
---episodes 1 --seed 100000 --blocks 2-5 --latency-ticks 1 --video DIR`, the same frames the
-live view of `arm-act demo` shows) unless --video names an existing video, and writes one
-mid-episode frame: both cameras with the policy's cross-attention over the patches, the
-target head's guess of the named block (cyan cross), the instruction and the gripper.
+one live episode of the shipped policy over ROS 2 (`arm-act demo --episodes 1 --seed 100000
+--video FILE.mp4`: sim_node and policy_node in real time, the frames `make run` shows)
+unless --video names an existing video, and writes one mid-episode frame: both cameras with
+the policy's cross-attention over the patches, the instruction, the gripper, and the joint
+strip (actual against commanded). Real time is not deterministic, so a fresh run gives a
+frame close to, not equal to, the committed one.
 """
 from __future__ import annotations
 
@@ -118,10 +119,10 @@ def demo(out: Path, video: Path | None, frame: int) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="arm_act_demo_") as tmp:
         arm_act = Path(sys.executable).with_name("arm-act")
-        subprocess.run([str(arm_act), "eval", "--policy", str(ROOT / "checkpoints" / "default"), "--episodes", "1",
-                        "--seed", "100000", "--blocks", "2-5", "--latency-ticks", "1", "--threads", "1",
-                        "--video", tmp], check=True)
-        write_frame(out, next(Path(tmp).glob("*.mp4")), frame)
+        video = Path(tmp) / "demo.mp4"
+        subprocess.run([str(arm_act), "demo", "--episodes", "1", "--seed", "100000", "--video", str(video)],
+                       check=True, timeout=300)
+        write_frame(out, video, frame)
 
 
 def write_frame(out: Path, video: Path, frame: int) -> None:
@@ -149,8 +150,8 @@ def main(argv=None) -> int:
     a.add_argument("--out", type=Path, default=DOCS / "architecture.png")
     d = sub.add_parser("demo")
     d.add_argument("--out", type=Path, default=DOCS / "demo.png")
-    d.add_argument("--video", type=Path, help="an existing `arm-act eval --video` file (default: run one episode)")
-    d.add_argument("--frame", type=int, default=18, help="frame index (10 frames per second of sim time)")
+    d.add_argument("--video", type=Path, help="an existing live-view video (default: run one live episode)")
+    d.add_argument("--frame", type=int, default=16, help="frame index (one per camera pair, 10 per second)")
     args = parser.parse_args(argv)
     if args.figure == "architecture":
         architecture(args.out)
