@@ -56,7 +56,8 @@ from arm_act.bags import (
     live_topic_types,
     to_rosbags_qos,
 )
-from arm_act.nodes.guard import guarded
+from arm_act.nodes.guard import guard_time_source, guarded
+from arm_act.ros.conversions import ConversionError
 
 DEFAULT_TOPICS = list(live_topic_types())
 # Sensor data is best effort (qos_profile_sensor_data) but with a deeper queue than its 5,
@@ -103,6 +104,7 @@ def known_type(name: str) -> str | None:
 class BagRecorder(Node):
     def __init__(self, **kwargs):
         super().__init__("bag_recorder", **kwargs)
+        guard_time_source(self)
         self.declare_parameter("topics", DEFAULT_TOPICS)
         self.declare_parameter("bag_path", "")
         self.declare_parameter("compression", "")
@@ -205,6 +207,8 @@ class BagRecorder(Node):
     def _note_clock(self, msg: ClockMsg, info) -> None:
         received = int(info.get("received_timestamp") or 0) or time.time_ns()
         sim = int(msg.clock.sec) * 1_000_000_000 + int(msg.clock.nanosec)
+        if sim < 0:  # a bag stamp must not be negative: such a clock would end the recording
+            raise ConversionError(f"/clock at {sim * 1e-9:.3f} s is negative; not used for stamps")
         if self._clock_received and received < self._clock_received[-1]:
             received = self._clock_received[-1]
         self._clock_received.append(received)

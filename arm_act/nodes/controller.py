@@ -28,7 +28,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
-from arm_act.nodes.guard import guarded, rejections
+from arm_act.nodes.guard import guard_time_source, guarded, rejections
 from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, GRIPPER_RANGE
 from arm_act.ros import conversions as conv
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -89,6 +89,7 @@ class ControllerNode(Node, ABC):
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
         if self.uses_objects:
             self.create_subscription(MarkerArray, "objects", self.objects_callback, 10)
+        guard_time_source(self)
         self.missed_ticks = 0
         self._last_tick_index: int | None = None
         if self.mode == "realtime":

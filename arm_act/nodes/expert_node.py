@@ -36,12 +36,20 @@ class ExpertNode(ControllerNode):
         info = self.episode
         if self.objects is None or self.objects_stamp_ns < info.start_ns:
             return None  # this episode's object markers have not arrived yet
-        if self.expert is None:
-            rng = perturbation_rng(info.seed)  # the in-process rule: the same perturbed episodes
-            self.expert = ScriptedExpert(ExpertConfig(perturb_prob=self.perturb_prob), rng=rng)
-            self.expert.reset(info.instruction, self.objects, self.joint_positions)
-        t = tick * (1.0 / info.control_rate)
-        arm, gripper = self.expert.act(t, self.joint_positions, self.objects)
+        try:
+            if self.expert is None:
+                rng = perturbation_rng(info.seed)  # the in-process rule: the same perturbed episodes
+                expert = ScriptedExpert(ExpertConfig(perturb_prob=self.perturb_prob), rng=rng)
+                expert.reset(info.instruction, self.objects, self.joint_positions)
+                self.expert = expert
+            t = tick * (1.0 / info.control_rate)
+            arm, gripper = self.expert.act(t, self.joint_positions, self.objects)
+        except (ValueError, IndexError, ArithmeticError, np.linalg.LinAlgError) as exc:
+            # Objects or an instruction the expert cannot plan from (no box, no block of the named
+            # colour, a degenerate pose): hold, and plan again from the next markers.
+            self.expert = None
+            raise conv.ConversionError(f"the expert cannot plan from these objects and instruction: "
+                                       f"{type(exc).__name__}: {exc}") from exc
         return np.asarray(arm, dtype=np.float64), float(gripper)
 
 

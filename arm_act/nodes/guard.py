@@ -77,3 +77,29 @@ def rejections(node) -> Rejections:
     if existing is None:
         existing = node.__dict__["rejections"] = Rejections(node.get_logger())
     return existing
+
+
+def guard_time_source(node) -> None:
+    """rclpy's own /clock callback (the TimeSource behind use_sim_time) raises on a /clock
+    message with negative seconds, which any peer can send, and that ends the spin of every
+    node on sim time. Put a guarded callback in its place (now and for a later subscription):
+    such a clock is rejected with a warning and the node's time stays where it was."""
+    source = getattr(node, "_time_source", None)
+    original = getattr(source, "clock_callback", None)
+    if source is None or original is None or getattr(original, "_arm_act_guarded", False):
+        return
+
+    def clock_callback(msg) -> None:
+        if msg.clock.sec < 0:
+            rejections(node).reject("/clock", f"sim time {msg.clock.sec} s is negative; the node's clock stays")
+            return
+        try:
+            original(msg)
+        except Exception as exc:  # noqa: BLE001 - rclpy's time source: report, never die
+            rejections(node).reject("/clock", f"{type(exc).__name__}: {exc}", kind=type(exc).__name__)
+
+    clock_callback._arm_act_guarded = True
+    source.clock_callback = clock_callback
+    subscription = getattr(source, "_clock_sub", None)
+    if subscription is not None:
+        subscription.callback = clock_callback

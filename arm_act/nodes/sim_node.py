@@ -32,7 +32,7 @@ from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
-from arm_act.nodes.guard import guarded, rejections
+from arm_act.nodes.guard import guard_time_source, guarded, rejections
 from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -61,6 +61,7 @@ def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) ->
 class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__("sim_node", **kwargs)
+        guard_time_source(self)  # with use_sim_time set on it, a stray negative /clock must not stop it
         self.declare_parameter("mode", "realtime")
         self.declare_parameter("real_time_factor", 1.0)
         self.declare_parameter("control_rate", 50)
@@ -450,7 +451,8 @@ class SimNode(Node):
 def main(args=None):
     from arm_act.ros.node_main import spin_node
 
-    spin_node(SimNode, args)
+    # sim_node is the clock: it runs on the wall clock (its loop paces itself) unless told otherwise.
+    spin_node(SimNode, args, use_sim_time=False)
 
 
 if __name__ == "__main__":
