@@ -356,3 +356,48 @@ def test_video_frame_gains_a_joint_strip_and_old_callers_still_work():
     assert (drawn == 255).all(axis=2).sum() > 50  # the gripper opening, white
     with pytest.raises(ValueError, match="span_s"):
         JointStrip(span_s=0)
+
+
+FOXGLOVE_PANELS = {"Image", "3D", "Plot", "DiagnosticSummary", "DiagnosticStatusPanel", "StateTransitions",
+                   "RawMessages"}
+
+
+def _leaves(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    assert set(node) >= {"first", "second", "direction"} and node["direction"] in ("row", "column"), node
+    return _leaves(node["first"]) + _leaves(node["second"])
+
+
+@pytest.mark.unit
+def test_foxglove_layout_names_live_topics_and_real_fields():
+    """config/foxglove_layout.json: every panel of the layout tree is configured (and no other),
+    every topic it reads is one the live system publishes, every message path's first field
+    exists in that topic's message type."""
+    from arm_act.bags import live_topic_types, typestore
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "config" / "foxglove_layout.json").read_text())
+    assert set(doc) >= {"configById", "layout", "globalVariables", "userNodes", "playbackConfig"}
+    leaves = _leaves(doc["layout"])
+    assert sorted(leaves) == sorted(doc["configById"]) and len(set(leaves)) == len(leaves)
+    assert {panel.split("!")[0] for panel in leaves} == FOXGLOVE_PANELS
+    types = {("/" + name).replace("//", "/"): t for name, t in live_topic_types().items()}
+    fields = typestore().fielddefs
+
+    def check(path: str) -> str:
+        topic, _, rest = path.partition(".")
+        assert topic in types, path
+        if rest:
+            first = rest.split("[")[0].split(".")[0]
+            assert first in {name for name, _ in fields[types[topic]][1]}, path
+        return topic
+
+    read = set()
+    for config in doc["configById"].values():
+        mode = config.get("imageMode", {})
+        read |= {check(mode[k]) for k in ("imageTopic", "calibrationTopic") if k in mode}
+        read |= {check(p["value"]) for p in config.get("paths", [])}
+        read |= {check(config[k]) for k in ("topicPath", "topicToRender") if k in config}
+        read |= {check(topic) for topic in config.get("topics", {})}
+    assert {"/camera/front/image_raw", "/camera/wrist/image_raw", "/joint_states", "/arm_controller/commands",
+            "/gripper_controller/commands", "/policy/diagnostics", "/episode", "/objects"} <= read

@@ -85,7 +85,7 @@ def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
         row_shares=[3] * len(cameras) + [1, 1.2],
     )
     scene = rrb.Spatial3DView(
-        origin="world", name="arm, objects, chunk (orange), path taken (blue), target guess (cyan)",
+        origin="world", name="arm, objects, predicted chunk (magenta), path taken (blue), target guess (cyan)",
         eye_controls=rrb.EyeControls3D(position=(1.45, -1.1, 0.95), look_target=(0.45, 0.0, 0.1),
                                        eye_up=(0.0, 0.0, 1.0)),
         line_grid=False)
@@ -99,5 +99,5 @@ def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
     return rrb.Blueprint(
         rrb.Horizontal(left, middle, right, column_shares=[1.0, 1.7, 1.4]),
         rrb.BlueprintPanel(state="collapsed"), rrb.SelectionPanel(state="collapsed"),
-        rrb.TimePanel(state="collapsed", timeline=TIMELINE),
+        rrb.TimePanel(state="collapsed", timeline=TIMELINE, play_state="following"),  # live: the newest data
     )

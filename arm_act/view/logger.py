@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 ACTUAL_COLOUR = (31, 119, 180)
 COMMAND_COLOUR = (255, 127, 14)
-CHUNK_COLOUR = (255, 140, 0)
+CHUNK_COLOUR = (230, 0, 200)  # magenta: no block has this colour
 TARGET_COLOUR = (0, 230, 255)
 ARM_COLOUR = (0.85, 0.85, 0.88, 1.0)
 STATE_COLOURS = {"running": (90, 140, 220), "success": (40, 170, 70), "failure": (210, 50, 50),
