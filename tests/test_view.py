@@ -401,3 +401,39 @@ def test_foxglove_layout_names_live_topics_and_real_fields():
         read |= {check(topic) for topic in config.get("topics", {})}
     assert {"/camera/front/image_raw", "/camera/wrist/image_raw", "/joint_states", "/arm_controller/commands",
             "/gripper_controller/commands", "/policy/diagnostics", "/episode", "/objects"} <= read
+
+
+@pytest.mark.unit
+def test_web_viewer_listens_on_localhost_only_and_dies_with_its_parent():
+    import os
+    import signal
+    import socket
+    import time
+
+    code = ("from arm_act.view import WebViewer; import time; w = WebViewer(0); "
+            "print(w.process.pid, w.web_port, w.grpc_port, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        server, web_port, grpc_port = (int(v) for v in parent.stdout.readline().split())
+        for port in (web_port, grpc_port):
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+        # /proc/net/tcp: "local_address" is hex IP:port, state 0A is LISTEN.
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        bound = {row[1] for row in rows if row[3] == "0A" and int(row[1].split(":")[1], 16) in (web_port, grpc_port)}
+        assert bound == {f"0100007F:{web_port:04X}", f"0100007F:{grpc_port:04X}"}, bound  # 127.0.0.1, not 0.0.0.0
+        os.kill(parent.pid, signal.SIGKILL)  # no cleanup code runs in the parent
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(server, signal.SIGTERM)
+            pytest.fail("the web viewer outlived the process that started it")
+    finally:
+        if parent.poll() is None:
+            parent.kill()

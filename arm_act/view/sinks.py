@@ -8,10 +8,13 @@ account is needed. (The SDK's serve_grpc/serve_web_viewer functions bind every i
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import uuid
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WEB_PORT = 9090
 SERVER_MEMORY_LIMIT = "2GiB"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class ViewerError(RuntimeError):
@@ -63,6 +67,18 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+# Loaded here, not in the child: between fork and exec the child should run as little Python
+# as possible (other threads' locks are not released there).
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, ask the kernel to send SIGTERM when the parent
+    dies, so a viewer killed by a signal (SIGTERM, SIGKILL) leaves no server behind."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
 def _stop_process(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
@@ -92,7 +108,8 @@ class WebViewer:
                    "--web-viewer-port", str(self.web_port), "--server-memory-limit", memory_limit]
         self._log = open(os.devnull, "wb")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                        start_new_session=True)  # Ctrl-C in a terminal reaches us, not it
+                                        start_new_session=True,  # Ctrl-C in a terminal reaches us, not it
+                                        preexec_fn=_die_with_parent)
         # Whatever way this process ends (an exception, no close()), the server ends with it.
         self._finalizer = weakref.finalize(self, _stop_process, self.process)
         deadline = time.monotonic() + startup_timeout_s
