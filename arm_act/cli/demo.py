@@ -55,8 +55,8 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _open_rerun(args, executor):
-    """The Rerun output (arm_act.view.live) with its node spinning in the demo's executor."""
+def _open_rerun(args):
+    """The Rerun output (arm_act.view.live): its bridge node spins on a thread of its own."""
     from arm_act.view import ViewerError
     from arm_act.view.live import LiveRerun
 
@@ -64,7 +64,6 @@ def _open_rerun(args, executor):
         live = LiveRerun(save=args.save, web=args.web, port=args.port)
     except ViewerError as exc:
         raise CommandError(str(exc)) from None
-    executor.add_node(live.node)
     if live.url:
         print(f"web viewer: {live.url}", flush=True)
     return live
@@ -130,14 +129,15 @@ def run(args) -> int:
     view = live = None
     rclpy.init(args=None, domain_id=int(env.get("ROS_DOMAIN_ID", "0")))
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the children too
-    viewer = DemoViewer(episodes=args.episodes)
+    viewer = DemoViewer(episodes=args.episodes,  # frames only for a window or an MP4
+                        compose=not args.no_view and (args.viewer != "rerun" or args.video is not None))
     executor = SingleThreadedExecutor()
     executor.add_node(viewer)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     interrupted = False
     try:
-        live = _open_rerun(args, executor) if args.viewer == "rerun" else None
+        live = _open_rerun(args) if args.viewer == "rerun" else None
         view = None if args.no_view or (live is not None and args.video is None) else open_view(args.video)
         _start_nodes(children, args, env, None if use_expert else checkpoint)
         while not viewer.done.is_set():
@@ -160,7 +160,6 @@ def run(args) -> int:
         viewer.destroy_node()
         if live is not None:
             live.close()
-            live.node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
         if view is not None:

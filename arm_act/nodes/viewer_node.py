@@ -21,9 +21,11 @@ DEFAULT_VIDEO = Path("arm_act_demo.mp4")
 class DemoViewer(Node):
     """Prints a line per finished episode and composes a view frame per camera pair."""
 
-    def __init__(self, episodes: int, cameras=("front", "wrist")):
+    def __init__(self, episodes: int, cameras=("front", "wrist"), compose: bool = True):
+        """compose: make view frames (False: only the episode lines, e.g. for Rerun or no view)."""
         super().__init__("demo_viewer")
         self.cameras = cameras
+        self.compose = compose
         self.episodes = episodes
         self.results: list[dict] = []
         self.done = threading.Event()
@@ -47,6 +49,8 @@ class DemoViewer(Node):
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
 
     def image_callback(self, camera: str, msg: Image) -> None:
+        if not self.compose:
+            return
         try:
             rgb = np.array(conv.image_from_msg(msg))
         except conv.ConversionError:

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
@@ -46,6 +48,13 @@ def live_topics(cameras=L.CAMERAS) -> list[tuple[str, type, object]]:
     return topics
 
 
+# Live, `objects` is shown at most this often (sim time). sim_node publishes it every control
+# tick, and turning one MarkerArray into Python objects costs rclpy 2-3 ms here (measured):
+# 50 Hz of that was a sixth of a core, and the blocks move slowly. Bags keep every message,
+# and replays show every one.
+OBJECTS_PERIOD_NS = 100_000_000
+
+
 class RerunBridge(Node):
     """Logs the live topics into a Rerun recording; messages before the first /clock are dropped."""
 
@@ -56,8 +65,19 @@ class RerunBridge(Node):
         self._lock = threading.Lock()
         self.callback_s = 0.0  # wall time spent logging, for the overhead figures
         self.messages = 0
+        self._objects_ns = -OBJECTS_PERIOD_NS
         for topic, msgtype, qos in live_topics(cameras):
-            self.create_subscription(msgtype, topic, lambda msg, t=topic: self.message_callback(t, msg), qos)
+            if msgtype is MarkerArray:  # raw bytes: decoded only when shown (OBJECTS_PERIOD_NS)
+                self.create_subscription(msgtype, topic, lambda raw, t=topic: self.objects_callback(t, raw), qos,
+                                         raw=True)
+            else:
+                self.create_subscription(msgtype, topic, lambda msg, t=topic: self.message_callback(t, msg), qos)
+
+    def objects_callback(self, topic: str, raw: bytes) -> None:
+        now = self.get_clock().now().nanoseconds
+        if now - self._objects_ns >= OBJECTS_PERIOD_NS:
+            self._objects_ns = now
+            self.message_callback(topic, deserialize_message(raw, MarkerArray))
 
     def message_callback(self, topic: str, msg) -> None:
         now = self.get_clock().now().nanoseconds
@@ -78,7 +98,9 @@ class RerunBridge(Node):
 class LiveRerun:
     """The demo's Rerun output: a recording into `save` (.rrd), the web viewer on
     127.0.0.1:`port` (web), or a native viewer when a display exists and neither is asked for;
-    without a display and neither, into arm_act_demo.rrd. `node` goes into the demo's executor."""
+    without a display and neither, into arm_act_demo.rrd. The bridge node spins on its own
+    executor thread (context: the rclpy context, already initialised), so the demo's other
+    callbacks never wait behind it, nor it behind them."""
 
     def __init__(self, save: Path | None = None, web: bool = False, port: int | None = None,
                  cameras=L.CAMERAS, context=None):
@@ -95,10 +117,18 @@ class LiveRerun:
             if self.server is not None:
                 self.server.close()
             raise
+        self._executor = SingleThreadedExecutor(context=context)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._executor.spin, name="rerun_bridge", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
-        """Flush and end the recording (the .rrd is complete after this); the web viewer stays."""
+        """Stop the bridge, flush and end the recording (the .rrd is complete after this);
+        the web viewer stays up."""
+        self._executor.shutdown(timeout_sec=2.0)
+        self._thread.join(timeout=5.0)  # before rclpy shuts down (as the demo's own spinner)
         self.node.close()
+        self.node.destroy_node()
         self.rec.disconnect()
 
     def serve_until_interrupted(self) -> None:

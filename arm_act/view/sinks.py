@@ -92,13 +92,15 @@ def _stop_process(process: subprocess.Popen) -> None:
 class WebViewer:
     """Rerun's web viewer and gRPC proxy as a child process on 127.0.0.1 (a context manager).
 
-    url: the page to open in a browser; grpc_url: where recordings are sent (attach()).
+    url: the page to open in a browser; grpc_url: where recordings are sent (open_recording).
     """
 
     def __init__(self, web_port: int = DEFAULT_WEB_PORT, grpc_port: int | None = None,
                  memory_limit: str = SERVER_MEMORY_LIMIT, startup_timeout_s: float = 20.0):
         self.web_port = int(web_port) if web_port else free_port()
-        self.grpc_port = int(grpc_port) if grpc_port else free_port()
+        # With a chosen web port the gRPC port is the next one, so both are known in advance
+        # (to forward them over SSH, say); with port 0 both are any free ports.
+        self.grpc_port = int(grpc_port) if grpc_port else (self.web_port + 1 if web_port else free_port())
         for port in (self.web_port, self.grpc_port):
             if _port_taken(port):
                 raise ViewerError(f"port {port} on 127.0.0.1 is in use (choose another with --port)")
