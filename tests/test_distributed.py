@@ -248,7 +248,7 @@ print(json.dumps({"before_kb": before, "peak_kb": resource.getrusage(resource.RU
 """
 
 
-@pytest.mark.unit
+@pytest.mark.e2e  # four training-data processes, tens of seconds: not for make test-fast
 def test_resident_memory_does_not_grow_with_the_episodes(tmp_path):
     # Peak RSS of opening, fingerprinting and sampling 40 batches of 32 from 8 vs 40
     # episodes of 1.7 MB of images (13 vs 66 MB in the cache), with an 8 MB page budget.
