@@ -83,11 +83,13 @@ def ray_session(address: str, local_cpus: int | None = None) -> Iterator[None]:
 
 def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, desc: str = "tasks", unit: str = "it",
               num_cpus: float = 1.0, on_result: Callable[[int, Any], None] | None = None,
-              report: TaskReport | None = None, shared: Mapping[str, Any] | None = None) -> list[Any]:
+              report: TaskReport | None = None, shared: Mapping[str, Any] | None = None,
+              progress: bool | None = None) -> list[Any]:
     """fn(item) for every item, one Ray task each (inside ray_session), with the results in
     item order. `shared`: objects every task needs (e.g. a checkpoint's bytes), put in the
     object store once and passed as fn(item, **shared). on_result(index, result) runs on
-    the driver as each task finishes. Raises RayPoolError when a task fails twice (the
+    the driver as each task finishes. progress: a bar of finished tasks (None: when stderr
+    is a terminal; False when the caller draws its own from on_result). Raises RayPoolError when a task fails twice (the
     other tasks are cancelled), and KeyboardInterrupt after cancelling on Ctrl-C."""
     import ray
 
@@ -101,7 +103,7 @@ def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, desc: str = "ta
 
     pending = {submit(i): i for i in range(len(items))}
     results: dict[int, Any] = {}
-    with progress_bar(len(items), desc, unit=unit) as bar:
+    with progress_bar(len(items), desc, unit=unit, force=progress) as bar:
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)

@@ -326,8 +326,9 @@ def _run_on_ray(config: CollectConfig, specs: list[EpisodeSpec], address: str, l
     if config.policy is not None:
         shared["checkpoint"] = files_under(config.policy)
     with ray_session(address, local_cpus):
+        # No bar of its own: like a local run, progress is the caller's, through on_record.
         run_tasks(collect_remote, specs, desc="collect (ray)", unit="ep", on_result=arrived, report=report,
-                  shared=shared)
+                  shared=shared, progress=False)
 
 
 def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, int], *, workers: int = 1,
