@@ -93,6 +93,9 @@ def run(args) -> int:
     failed = [r["seed"] for r in summary["episodes_detail"] if not r["success"]]
     if failed:
         print(f"failed expert episodes (kept, success: false): seeds {failed}")
+    retried = summary.get("ray", {}).get("retried")
+    if retried:
+        print(f"ray: {len(retried)} task(s) failed once and succeeded when run again: {retried}")
     return 0
 
 

@@ -89,6 +89,9 @@ def run(args) -> int:
           f"in {summary['wall_time_s']:.0f} s")
     for k, v in summary["by_blocks"].items():
         print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
+    retried = summary.get("ray", {}).get("retried")
+    if retried:
+        print(f"  ray: {len(retried)} task(s) failed once and succeeded when run again: {retried}")
     if "lifted_named_block" in summary:
         print(f"  lifted the named block in {summary['lifted_named_block']}, another block in "
               f"{summary['lifted_other_block']} of {summary['episodes']} episodes")
