@@ -1,13 +1,12 @@
 """FLOP and token accounting against the real model, and the `arm-act budget` command."""
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from arm_act.cli import budget as cmd_budget
+from arm_act.cli import main as cli
 from arm_act.policy.budget import (
     budget_report,
     count_model_flops,
@@ -96,9 +95,7 @@ def test_measurements_are_quick_and_positive():
 
 
 def _run(capsys, *argv):
-    parser = argparse.ArgumentParser()
-    cmd_budget.configure(parser)
-    code = cmd_budget.run(parser.parse_args(list(argv)))
+    code = cli.main(["budget", *argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -131,7 +128,7 @@ def test_cli_reads_a_checkpoint(capsys, tmp_path):
 def test_cli_errors_are_one_line(capsys, tmp_path):
     code, out, err = _run(capsys, "--image", "100", "--matmul-gflops", "100")
     assert code == 2 and out == ""
-    assert err.strip() == ("arm-act budget: image_size=100 must be a multiple of "
+    assert err.strip() == ("arm-act budget: error: image_size=100 must be a multiple of "
                            "patch_size=16")
     code, _, err = _run(capsys, "--checkpoint", str(tmp_path), "--width", "64")
     assert code == 2 and "drop width" in err and len(err.strip().splitlines()) == 1

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from arm_act.cli.main import CommandError
 
 # Shape flags and the PolicyConfig field each one sets.
 _SHAPE_FLAGS = {"image": "image_size", "patch": "patch_size", "width": "width",
@@ -88,20 +89,10 @@ def run(args: argparse.Namespace) -> int:
                                control_rate=args.control_rate,
                                matmul_gflops=args.matmul_gflops, measure=args.measure)
     except (ValueError, CheckpointError) as exc:
-        print(f"arm-act budget: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="arm-act budget")
-    configure(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
