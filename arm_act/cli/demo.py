@@ -167,7 +167,8 @@ def run(args) -> int:
     _print_outputs(args, viewer.results, view)
     if live is not None:
         if live.save is not None:
-            print(f"rerun recording written to {live.save} ({live.node.messages} messages)")
+            print(f"rerun recording written to {live.save} ({live.node.messages} messages; "
+                  f"the bridge thread used {live.thread_cpu_s:.1f} s of CPU)")
         if live.server is not None and not interrupted:
             print(f"serving {live.url} until Ctrl-C", flush=True)
             live.serve_until_interrupted()

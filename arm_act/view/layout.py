@@ -20,8 +20,11 @@ Entity paths, and which message puts one row on each:
 | world/ee/path | LineStrips3D: the path taken since the episode began | camera/<first camera>/image_raw |
 | world/chunk/path | LineStrips3D: the predicted chunk through forward kinematics | policy/action_chunk |
 | world/target_guess | Points3D: the target head's guess of the named block | policy/diagnostics with target_xyz_m |
-| world/objects/blocks, world/objects/box | Boxes3D | objects |
+| world/objects/blocks, world/objects/box | Boxes3D | objects (live: at most 10 per sim second) |
 | diagnostics/<key> | Scalars | policy/diagnostics |
+
+Replays log every message of a bag (tests/test_view.py counts them); live, the bridge drops
+what it cannot keep up with (arm_act.view.live).
 """
 from __future__ import annotations
 

@@ -119,8 +119,15 @@ class LiveRerun:
             raise
         self._executor = SingleThreadedExecutor(context=context)
         self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._executor.spin, name="rerun_bridge", daemon=True)
+        self.thread_cpu_s = 0.0  # CPU time of the bridge's thread (message decoding and logging)
+        self._thread = threading.Thread(target=self._spin, name="rerun_bridge", daemon=True)
         self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        finally:
+            self.thread_cpu_s = time.thread_time()
 
     def close(self) -> None:
         """Stop the bridge, flush and end the recording (the .rrd is complete after this);
