@@ -6,7 +6,9 @@ for `arm-act collect --ray` and `arm-act eval --ray`. Knows nothing of episodes.
 
 address: "local" starts a Ray instance on this machine (stopped again at the end);
 "auto" joins the cluster this machine belongs to (`ray start` ran here); "ray://HOST:PORT"
-connects to a cluster's Ray Client server. The package must be installed on every node
+connects to a cluster's Ray Client server (ray[client]; a cluster with Ray's token
+authentication also wants RAY_AUTH_MODE=token and its token here, in ~/.ray/auth_token or
+RAY_AUTH_TOKEN). The package must be installed on every node
 (the tasks import arm_act there); nothing assumes a shared file system: what a task writes
 comes back to the driver as bytes (`files_under` in the task, `write_files` on the driver).
 
@@ -64,11 +66,10 @@ def ray_session(address: str, local_cpus: int | None = None) -> Iterator[None]:
         return
     if not address:
         raise RayPoolError("--ray needs an address: local, auto or ray://HOST:PORT")
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                               "logging_level": logging.WARNING}
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address == LOCAL:
-        options["num_cpus"] = local_cpus or os.cpu_count() or 1
-    else:
+        options.update(num_cpus=local_cpus or os.cpu_count() or 1, include_dashboard=False)
+    else:  # a running cluster has its own resources and dashboard settings
         options["address"] = address
     try:
         ray.init(**options)
