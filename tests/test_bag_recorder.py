@@ -173,3 +173,77 @@ def test_recorder_process_survives_signals(ros_context, tmp_path, sig):
         commands = [t for c, t, _ in reader.messages() if c.topic == "/arm_controller/commands"]
     assert len(commands) == 20
     assert all(5_000_000_000 <= t < 6_000_000_000 for t in commands)  # sim time, not wall time
+
+
+def test_live_bag_agrees_with_the_same_episode_recorded_in_process(ros_context, tmp_path):
+    """sim_node + expert_node + bag_recorder in lockstep over DDS, and the same episode in
+    process (what `arm-act collect` writes): the recorder's stamps are the sim time each
+    message was sent at (never before its own stamp, never more than one clock step after),
+    the first episode waits for the recorder (the bag starts at its first tick), and
+    `arm-act report`'s command-rate statistics are the same for both bags."""
+    import numpy as np
+
+    from arm_act.bags.episode import EpisodeBagRecorder
+    from arm_act.common.episodes import EpisodeSchedule, parse_blocks
+    from arm_act.eval.report import analyse_bag
+    from arm_act.nodes.expert_node import ExpertNode
+    from arm_act.nodes.sim_node import SimNode
+    from arm_act.ros.conversions import CLOCK_START
+    from arm_act.sim import ArmEnv, SimConfig, perturbation_rng
+    from arm_act.sim.rollout import ExpertAgent, run_episode
+    from tests.conftest import spinning, wait_for
+
+    seed, limit = 3, 2.0
+    live = tmp_path / "live"
+    sim_time = Parameter("use_sim_time", value=True)
+    sim = SimNode(context=ros_context, parameter_overrides=[
+        sim_time, Parameter("mode", value="lockstep"), Parameter("episodes", value=1), Parameter("seed", value=seed),
+        Parameter("episode_time_limit", value=limit), Parameter("wait_for_recorder", value=True)])
+    expert = ExpertNode(context=ros_context, parameter_overrides=[sim_time, Parameter("mode", value="lockstep")])
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(sim)
+    executor.add_node(expert)
+    recorder = None
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: sim.state == "waiting" and "bag_recorder" in " ".join(sim.waiting), timeout=20)
+            assert sim.episode_index == -1  # no recorder yet: no episode
+            recorder = BagRecorder(context=ros_context, parameter_overrides=[
+                sim_time, Parameter("bag_path", value=str(live)), Parameter("flush_interval", value=0.2)])
+            executor.add_node(recorder)
+            assert wait_for(lambda: sim.finished, timeout=120)
+            assert wait_for(lambda: recorder._unstamped == [] or sim.done.is_set(), timeout=10)
+        recorder.close()
+    finally:
+        for node in (sim, expert) + ((recorder,) if recorder else ()):
+            node.destroy_node()
+    (info,) = sim.finished
+    spec = EpisodeSchedule(seed=seed, blocks=parse_blocks("2-5"), episodes=1).next()
+    env = ArmEnv(SimConfig(episode_time_limit=limit))
+    try:
+        in_process = EpisodeBagRecorder.for_rollout(tmp_path / "in_process", env, spec)
+        result = run_episode(env, ExpertAgent(rng=perturbation_rng(spec.seed)), spec.seed, spec.n_blocks,
+                             on_tick=in_process.record_tick)
+        in_process.finish(result)
+    finally:
+        env.close()
+    assert result.status == info.state and result.ticks == round(info.time * 50)
+
+    step = 20_000_000  # lockstep: the sim's clock advances one control period at a time
+    first = None
+    with AnyReader([live]) as reader:
+        for connection, t, raw in reader.messages():
+            msg = reader.deserialize(raw, connection.msgtype)
+            stamp = getattr(msg, "clock", None) or getattr(getattr(msg, "header", None), "stamp", None)
+            if stamp is None or connection.topic in ("/policy/diagnostics", "/expert/diagnostics",
+                                                     "/sim/diagnostics"):
+                continue
+            own = stamp.sec * 1_000_000_000 + stamp.nanosec
+            first = own if first is None else min(first, own)
+            assert own <= t <= own + step, f"{connection.topic}: stamped {t}, its own stamp {own}"
+    assert first == round(CLOCK_START * 1e9)  # the recorder saw the first tick of the first episode
+    ours, theirs = (analyse_bag(path).metrics["arm_commands"] for path in (live, in_process.path))
+    assert ours["count"] == theirs["count"] == result.ticks
+    for key in ("mean_rate_hz", "period_p50_ms", "period_p99_ms", "period_max_ms", "late_periods"):
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-6), key
+    np.testing.assert_allclose(ours["mean_rate_hz"], 50.0, rtol=1e-3)

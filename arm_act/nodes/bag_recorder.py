@@ -9,21 +9,24 @@ Parameters:
   flush_interval  wall seconds between flushes: what a hard kill can lose at most
   discovery_interval  wall seconds between graph lookups for topics of unknown type
 
-Timestamps are the sim time at receipt: main() turns use_sim_time on unless the command line
-sets it. A message is stamped with the sim time of the newest /clock message that reached
-this process before it did (both reception times come from DDS), not with the node clock
-when the executor gets round to it: at start-up, or whenever the executor falls behind, the
-clock would have moved on and messages would be stamped up to hundreds of ms late. So a
-message is never stamped earlier than the sim time it was sent at, nor later than one /clock
-step after. Messages wait in memory until a later /clock message has been seen (at most
-STAMP_WAIT_S wall seconds; then the newest clock known is used). Reception times of different
-readers are compared with RECEPTION_SKEW_NS of slack. Messages arrive as raw CDR (raw=True subscriptions: no
-rclpy deserialization) and are stored in canonical form (arm_act.bags.codec). Sensor topics
-are subscribed best-effort (sensor-data QoS), `task` and `episode` transient-local, the rest
-reliable; each topic's metadata records the QoS its publishers offer, as rosbag2 does.
-custom_data gets the episode seeds and outcomes seen on the `episode` topic and the
-software version. SIGINT/SIGTERM close the bag cleanly; after SIGKILL, arm_act.bags.repair
-recovers everything up to the last flush.
+Timestamps are sim time: main() turns use_sim_time on unless the command line sets it. A
+message is stamped with the sim time at which it was sent: that of the newest /clock message
+sent before it, by the DDS source timestamps of both (the sender's wall clock at publication).
+Not the node clock when the executor gets round to the message: at start-up, or whenever the
+executor falls behind, that clock has moved on and messages were stamped up to hundreds of ms
+late. Nor the reception time: each DDS reader of this process timestamps its own receptions,
+and between readers the order is not kept (a command of tick t, received after the /clock of
+t+1 that it caused, read one step late). Messages wait in memory until a /clock sent after
+them has arrived (at most STAMP_WAIT_S wall seconds after they were taken; then the newest
+clock known is used). Across machines the hosts' clocks must agree (NTP), as for any header
+stamp; on one machine (the default discovery range) they are the same clock.
+
+Messages arrive as raw CDR (raw=True subscriptions: no rclpy deserialization) and are stored
+in canonical form (arm_act.bags.codec). Sensor topics are subscribed best-effort (sensor-data
+QoS), `task` and `episode` transient-local, the rest reliable; each topic's metadata records
+the QoS its publishers offer, as rosbag2 does. custom_data gets the episode seeds and
+outcomes seen on the `episode` topic and the software version. SIGINT/SIGTERM close the bag
+cleanly; after SIGKILL, arm_act.bags.repair recovers everything up to the last flush.
 """
 from __future__ import annotations
 
@@ -75,12 +78,6 @@ CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500, reliability=R
 STAMP_WAIT_S = 0.25
 # Wall seconds of /clock reception history kept for stamping.
 CLOCK_HISTORY_S = 10.0
-# Each DDS reader of this process timestamps its own receptions, and the order between readers
-# is not kept at the microsecond: sim_node's joint state of tick t, sent right after the /clock
-# of t, measured 10 us *before* that /clock here, and was stamped a clock step early. A /clock
-# received up to this long after a message still counts as before it (a command sent just
-# before the next clock step is then stamped with that step: at most one step late, never early).
-RECEPTION_SKEW_NS = 3_000_000
 
 
 def message_class(msgtype: str):
@@ -99,6 +96,12 @@ def known_type(name: str) -> str | None:
     if name.startswith("camera/") and name.endswith("/camera_info"):
         return "sensor_msgs/msg/CameraInfo"
     return None
+
+
+def _sent_ns(info) -> int:
+    """When a message was published (DDS source timestamp, wall ns); its reception time, or
+    now, where the middleware gives none."""
+    return int(info.get("source_timestamp") or 0) or int(info.get("received_timestamp") or 0) or time.time_ns()
 
 
 class BagRecorder(Node):
@@ -205,7 +208,7 @@ class BagRecorder(Node):
         self._stamp_ready()
 
     def _note_clock(self, msg: ClockMsg, info) -> None:
-        received = int(info.get("received_timestamp") or 0) or time.time_ns()
+        received = _sent_ns(info)
         sim = int(msg.clock.sec) * 1_000_000_000 + int(msg.clock.nanosec)
         if sim < 0:  # a bag stamp must not be negative: such a clock would end the recording
             raise ConversionError(f"/clock at {sim * 1e-9:.3f} s is negative; not used for stamps")
@@ -223,14 +226,14 @@ class BagRecorder(Node):
         with no /clock at all, the node clock."""
         if not self._clock_received:
             return self.get_clock().now().nanoseconds
-        index = bisect.bisect_right(self._clock_received, received_ns + RECEPTION_SKEW_NS) - 1
+        index = bisect.bisect_right(self._clock_received, received_ns) - 1
         return self._clock_sim[max(index, 0)]
 
     @guarded("{0} message")
     def message_callback(self, topic: str, msgtype: str, raw: bytes, info) -> None:
         if self.failed is not None:
             return
-        received = int(info.get("received_timestamp") or 0) or time.time_ns()
+        received = _sent_ns(info)
         self._unstamped.append((received, self._order, topic, msgtype, raw, time.monotonic()))
         self._order += 1
         self._stamp_ready()
@@ -250,7 +253,7 @@ class BagRecorder(Node):
         self._unstamped.sort()
         ready = 0
         for received, _, _, _, _, taken in self._unstamped:
-            if not (everything or received + RECEPTION_SKEW_NS < newest_clock or taken <= oldest_allowed):
+            if not (everything or received < newest_clock or taken <= oldest_allowed):
                 break
             ready += 1
         batch, self._unstamped = self._unstamped[:ready], self._unstamped[ready:]
