@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -262,3 +262,34 @@ def test_realtime_pairs_a_camera_pair_with_the_joint_state_of_its_tick(ros_conte
         assert len(submitted) == 2 and submitted[1][1][0] == 0.4
     finally:
         policy.destroy_node()
+
+
+def test_a_node_that_gets_nothing_says_what_it_waits_for(ros_context, tiny_checkpoint):
+    """No /clock, no joint states, no episode, no cameras: policy_node says so in
+    policy/diagnostics (on the wall clock: no /clock comes) and in its log, every few seconds."""
+    policy = PolicyNode(context=ros_context, parameter_overrides=_params(checkpoint=str(tiny_checkpoint)))
+    listener = Node("listener", context=ros_context)
+    diagnostics = []
+    listener.create_subscription(DiagnosticArray, "policy/diagnostics", diagnostics.append, 10)
+    logged = []
+    policy.get_logger = lambda: type("Log", (), {"warning": logged.append, "info": logged.append,
+                                                 "error": logged.append})()
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(policy)
+    executor.add_node(listener)
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: diagnostics, timeout=10)
+            values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values}
+            for needed in ("/clock", "joint states on /joint_states", "an episode on /episode",
+                           "front camera images on /camera/front/image_raw", "wrist camera images"):
+                assert needed in values["waiting_for"], values["waiting_for"]
+            assert diagnostics[-1].status[0].level == DiagnosticStatus.WARN
+            assert "waiting for" in diagnostics[-1].status[0].message
+            policy.report_waiting()
+            policy.report_waiting()
+            assert any(line.startswith("waiting for /clock") for line in logged)
+            assert any(line.startswith("still waiting for /clock") for line in logged)
+    finally:
+        policy.destroy_node()
+        listener.destroy_node()

@@ -80,6 +80,7 @@ class ControllerNode(Node, ABC):
         self._due_ns: int | None = None  # realtime: a control tick waiting for its joint state
         self._clock_ns = -1  # the newest /clock received
         self.waiting: list[str] = []  # what the node still waits for (the last report)
+        self._reported_waiting: list[str] = []  # what the log last said it waits for
         rejections(self)
 
         self.arm_pub = self.create_publisher(Float64MultiArray, conv.ARM_COMMAND_TOPIC, 10)
@@ -317,13 +318,14 @@ class ControllerNode(Node, ABC):
         """Every WAIT_REPORT_S wall seconds: log what is still missing (nothing when all is here)."""
         with self.lock:
             missing = self.waiting_for()
-        if missing and not self.waiting:
+        reported = self._reported_waiting
+        if missing and not reported:
             self.get_logger().warning("waiting for " + "; ".join(missing))
         elif missing:
             self.get_logger().info("still waiting for " + "; ".join(missing))
-        elif self.waiting:
-            self.get_logger().info("all inputs here: " + ", ".join(self.waiting) + " arrived")
-        self.waiting = missing
+        elif reported:
+            self.get_logger().info("all inputs here: " + "; ".join(reported) + " arrived")
+        self.waiting = self._reported_waiting = missing
 
     def diagnostic_values(self) -> dict[str, str]:
         return {
