@@ -30,7 +30,7 @@ from rclpy.parameter import Parameter
 from rclpy.serialization import serialize_message
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
 from arm_act.nodes.guard import Rejections, rejections
@@ -372,3 +372,40 @@ def test_policy_node_process_survives_a_dds_fuzz(ros_context, tiny_checkpoint):
 def teardown_module(module):
     if CASES_RUN:
         print("\nfuzz cases run:", json.dumps(CASES_RUN, indent=1))
+
+
+VIEWER_INPUTS = {
+    "front image": (lambda n: lambda m: n.image_callback("front", m), ms.images_like("front")),
+    "joint_states": (lambda n: n.joint_state_callback, st.one_of(ms.messages(JointState), ms.joint_states_like())),
+    "episode": (lambda n: n.episode_callback, st.one_of(ms.messages(String), ms.episode_json_like())),
+    "arm command": (lambda n: n.arm_callback, ms.commands_like(7)),
+    "gripper command": (lambda n: n.gripper_callback, ms.commands_like(1)),
+    "policy/attention": (lambda n: n.attention_callback, ms.messages(Float32MultiArray)),
+}
+
+
+@pytest.mark.parametrize("topic", sorted(VIEWER_INPUTS))
+def test_demo_viewer_survives_any_message(ros_context, topic):
+    """The demo's viewer composes a frame from whatever arrives: it must not stop the demo."""
+    from arm_act.nodes.viewer_node import DemoViewer
+
+    viewer = DemoViewer(episodes=0, context=ros_context)
+    try:
+        get_callback, strategy = VIEWER_INPUTS[topic]
+        callback = get_callback(viewer)
+        calls = [0]
+        rgb = np.full((96, 96, 3), 90, np.uint8)
+
+        @FUZZ
+        @given(msg=strategy)
+        def run(msg):
+            callback(msg)
+            calls[0] += 1
+            for name in ("front", "wrist"):  # a valid pair composes a frame from what the fuzz left
+                viewer.image_callback(name, conv.image_msg(1.0 + calls[0] * 0.1, rgb, name))
+            assert set(rejections(viewer).kinds) <= {"ConversionError"}, rejections(viewer).kinds
+
+        run()
+        CASES_RUN[f"demo_viewer {topic}"] = calls[0]
+    finally:
+        viewer.destroy_node()

@@ -13,6 +13,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 
 from arm_act.common.viz import JointStrip, VideoWriter, compose_frame
 from arm_act.nodes.controller import TRANSIENT_LOCAL
+from arm_act.nodes.guard import guarded
 from arm_act.ros import conversions as conv
 
 DEFAULT_VIDEO = Path("arm_act_demo.mp4")
@@ -21,9 +22,10 @@ DEFAULT_VIDEO = Path("arm_act_demo.mp4")
 class DemoViewer(Node):
     """Prints a line per finished episode and composes a view frame per camera pair."""
 
-    def __init__(self, episodes: int, cameras=("front", "wrist"), compose: bool = True):
-        """compose: make view frames (False: only the episode lines, e.g. for Rerun or no view)."""
-        super().__init__("demo_viewer")
+    def __init__(self, episodes: int, cameras=("front", "wrist"), compose: bool = True, **kwargs):
+        """compose: make view frames (False: only the episode lines, e.g. for Rerun or no view);
+        kwargs go to rclpy's Node (context=..., for tests)."""
+        super().__init__("demo_viewer", **kwargs)
         self.cameras = cameras
         self.compose = compose
         self.episodes = episodes
@@ -48,6 +50,7 @@ class DemoViewer(Node):
         self.create_subscription(JointState, "joint_states", self.joint_state_callback, qos_profile_sensor_data)
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
 
+    @guarded("{0} image")
     def image_callback(self, camera: str, msg: Image) -> None:
         if not self.compose:
             return
@@ -67,6 +70,7 @@ class DemoViewer(Node):
                     (stamp - info.start_ns) * 1e-9 if info else stamp * 1e-9, strip=self._strip)
                 self._frame_ready.set()
 
+    @guarded("policy/attention")
     def attention_callback(self, msg: Float32MultiArray) -> None:
         try:
             grids = conv.attention_from_msg(msg)
@@ -75,15 +79,18 @@ class DemoViewer(Node):
         with self._lock:
             self._attention = grids
 
+    @guarded("gripper command")
     def gripper_callback(self, msg: Float64MultiArray) -> None:
-        if len(msg.data) == 1:
+        if len(msg.data) == 1 and np.isfinite(msg.data[0]):
             self._gripper_cmd = float(msg.data[0])
             self._strip.add_command(self._state_time, gripper=self._gripper_cmd)
 
+    @guarded("arm command")
     def arm_callback(self, msg: Float64MultiArray) -> None:
-        if len(msg.data) == conv.ARM_JOINTS:
+        if len(msg.data) == conv.ARM_JOINTS and np.all(np.isfinite(msg.data)):
             self._strip.add_command(self._state_time, arm=np.asarray(msg.data))
 
+    @guarded("joint_states")
     def joint_state_callback(self, msg: JointState) -> None:
         try:
             positions = conv.joint_positions_from_msg(msg)
@@ -93,6 +100,7 @@ class DemoViewer(Node):
         self._state_time = conv.stamp_to_sec(msg.header.stamp)
         self._strip.add_state(self._state_time, positions)
 
+    @guarded("episode")
     def episode_callback(self, msg: String) -> None:
         try:
             info = conv.episode_from_msg(msg)
