@@ -188,6 +188,24 @@ class Backend:
         c.changeDynamics(body, -1, lateralFriction=lateral_friction)
         return body
 
+    def create_primitive(self, shape: str, radius: float, height: float, rgba: Sequence[float],
+                         position: Sequence[float], mass: float, lateral_friction: float = 1.0) -> int:
+        """One rigid sphere (height ignored) or upright cylinder (sim.perturb's distractors)."""
+        c = self.client
+        if shape == "sphere":
+            col = c.createCollisionShape(pybullet.GEOM_SPHERE, radius=radius)
+            vis = c.createVisualShape(pybullet.GEOM_SPHERE, radius=radius, rgbaColor=list(rgba))
+        elif shape == "cylinder":
+            col = c.createCollisionShape(pybullet.GEOM_CYLINDER, radius=radius, height=height)
+            vis = c.createVisualShape(pybullet.GEOM_CYLINDER, radius=radius, length=height, rgbaColor=list(rgba))
+        else:
+            raise ValueError(f"shape={shape!r} must be 'sphere' or 'cylinder'")
+        body = c.createMultiBody(baseMass=mass, baseCollisionShapeIndex=col, baseVisualShapeIndex=vis,
+                                 basePosition=list(position))
+        c.changeDynamics(body, -1, lateralFriction=lateral_friction, rollingFriction=0.01,
+                         spinningFriction=0.001)
+        return body
+
     def set_dynamics(self, body: int, link: int, **kwargs: float) -> None:
         self.client.changeDynamics(body, link, **kwargs)
 
@@ -269,12 +287,15 @@ class Backend:
         return np.array(q, dtype=np.float64)
 
     # --- rendering ---------------------------------------------------------------------
-    def render(self, width: int, height: int, view: Sequence[float], projection: Sequence[float]) -> np.ndarray:
+    def render(self, width: int, height: int, view: Sequence[float], projection: Sequence[float],
+               light: dict | None = None) -> np.ndarray:
         """RGB image (height, width, 3) uint8, a fresh array. TinyRenderer, no shadows, no
-        segmentation mask: the cheapest CPU path (docs/architecture.md, "Design measurements")."""
+        segmentation mask: the cheapest CPU path (docs/architecture.md, "Design measurements").
+        light: getCameraImage's light keyword arguments (lightDirection, lightColor,
+        lightAmbientCoeff, ...; sim.perturb's lighting), None for PyBullet's defaults."""
         _, _, rgba, _, _ = self.client.getCameraImage(
             width, height, viewMatrix=list(view), projectionMatrix=list(projection), shadow=0,
-            renderer=pybullet.ER_TINY_RENDERER, flags=pybullet.ER_NO_SEGMENTATION_MASK)
+            renderer=pybullet.ER_TINY_RENDERER, flags=pybullet.ER_NO_SEGMENTATION_MASK, **(light or {}))
         img = np.asarray(rgba, dtype=np.uint8).reshape(height, width, 4)
         return np.ascontiguousarray(img[:, :, :3])
 

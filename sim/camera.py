@@ -29,12 +29,15 @@ class Camera:
     mount="link" cameras (None for fixed ones)."""
 
     def __init__(self, backend: Backend, cfg: CameraConfig,
-                 link_pose: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+                 link_pose: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+                 light: dict | None = None) -> None:
+        """light: getCameraImage light arguments for every render (None: PyBullet's defaults)."""
         if cfg.mount == "link" and link_pose is None:
             raise ValueError(f"camera {cfg.name!r} is mounted on link {cfg.link!r} but no link pose was given")
         self.config = cfg
         self._backend = backend
         self._link_pose = link_pose
+        self._light = light
         self._projection = projection_matrix(cfg.fov_deg, cfg.width / cfg.height, cfg.near, cfg.far)
         self.K = intrinsics(cfg)
 
@@ -75,4 +78,4 @@ class Camera:
         """RGB image (height, width, 3) uint8, a fresh array."""
         eye, target, up = self.eye_target_up()
         view = view_matrix(eye, target, up)
-        return self._backend.render(self.config.width, self.config.height, view, self._projection)
+        return self._backend.render(self.config.width, self.config.height, view, self._projection, self._light)

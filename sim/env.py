@@ -8,16 +8,18 @@ the same commands give bit-identical joint states and images.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 
 import numpy as np
 
+from arm_act.sim import perturb
 from arm_act.sim.backend import Backend
 from arm_act.sim.camera import Camera, intrinsics
 from arm_act.sim.config import SimConfig
 from arm_act.sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
-from arm_act.sim.task import ObjectState, PickPlaceTask
+from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +27,19 @@ STATUSES = ("running", "success", "failure", "timeout")  # what status() returns
 
 
 class ArmEnv:
-    """Franka Panda, table, open box and 2-6 coloured blocks; two cameras by default."""
+    """Franka Panda, table, open box and 2-6 coloured blocks; two cameras by default.
 
-    def __init__(self, config: SimConfig | None = None, gui: bool = False) -> None:
+    perturbation: one of sim.perturb's configs (push, lighting, camera, distractors, size,
+    crowded), drawn per episode from the episode seed at every reset and applied at reset and
+    during the episode; None (the default) leaves every episode exactly as without it."""
+
+    def __init__(self, config: SimConfig | None = None, gui: bool = False,
+                 perturbation: perturb.Perturbation | None = None) -> None:
         self.config = config if config is not None else SimConfig()
+        self.perturbation = perturbation
+        self._drawn: perturb.EpisodePerturbation | None = None
+        self._perturb_log: dict = {}
+        self._distractors: list[int] = []
         self._backend = Backend(gui=gui)
         self._robot: Panda | None = None
         self._task: PickPlaceTask | None = None
@@ -49,10 +60,27 @@ class ArmEnv:
             raise ValueError(f"seed={seed} must be >= 0")
         rng = np.random.default_rng(seed)
         cfg = self.config
+        drawn = None
+        if self.perturbation is not None:
+            drawn = perturb.sample_episode(self.perturbation, seed, cfg.block_region)
+        self._drawn, self._perturb_log, self._distractors = drawn, {}, []
+        task_cfg = cfg
+        if drawn is not None and drawn.kind == "size":
+            task_cfg = dataclasses.replace(cfg, block_size=cfg.block_size * drawn.block_scale)
         self._backend.reset_world(cfg.physics_dt, cfg.solver_iterations)
         self._robot = Panda(self._backend, collision_visuals=cfg.render_collision_meshes)
-        self._task = PickPlaceTask(self._backend, cfg)
-        self._task.reset(rng, n_blocks)
+        self._task = PickPlaceTask(self._backend, task_cfg)
+        crowd = None
+        if drawn is not None and drawn.kind == "crowded":
+            crowd_rng = perturb.world_perturbation_rng(seed, "crowded")
+            diagonal = cfg.block_size * 2 ** 0.5
+
+            def crowd(colours, xy, target):
+                return perturb.crowd_extra(crowd_rng, colours, xy, target, drawn.total_blocks,
+                                           cfg.min_block_spacing, diagonal, cfg.block_region)
+        self._task.reset(rng, n_blocks, crowd=crowd)
+        if drawn is not None and drawn.kind == "distractors":
+            self._place_distractors(drawn)
         home = HOME.copy()
         if cfg.initial_joint_noise > 0:
             home[:7] += rng.normal(0.0, cfg.initial_joint_noise, size=7)
@@ -66,7 +94,14 @@ class ArmEnv:
                     raise ValueError(f"camera {cam.name!r}: link {cam.link!r} is not a Panda link "
                                      f"({sorted(robot.links)})")
                 pose = functools.partial(self._backend.link_pose, robot.body, robot.links[cam.link])
-            self._cameras[cam.name] = Camera(self._backend, cam, pose)
+            if drawn is not None and drawn.kind == "camera" and cam.name == self.perturbation.camera:
+                if cam.mount != "fixed":
+                    raise ValueError(f"camera jitter needs a fixed camera; {cam.name!r} is on a link")
+                eye, target, up = perturb.jitter_camera(cam.eye, cam.target, cam.up, drawn.camera_offset,
+                                                        drawn.camera_rotation)
+                cam = dataclasses.replace(cam, eye=eye, target=target, up=up)
+            light = drawn.light if drawn is not None and drawn.kind == "lighting" else None
+            self._cameras[cam.name] = Camera(self._backend, cam, pose, light)
         self.seed, self.n_blocks, self.tick = seed, n_blocks, 0
         self._status = "running"
         logger.debug("reset seed=%d n_blocks=%d: %s", seed, n_blocks, self.instruction)
@@ -113,6 +148,67 @@ class ArmEnv:
         self._require()
         self._backend.step(self.config.physics_substeps)
         self.tick += 1
+        if self._drawn is not None and self._drawn.kind == "push" and "push_tick" not in self._perturb_log:
+            self._maybe_push()
+
+    # --- perturbations (sim.perturb) ---------------------------------------------------
+    def _place_distractors(self, drawn: perturb.EpisodePerturbation) -> None:
+        p = self.perturbation
+        taken = [o.position[:2] for o in self._task.objects() if o.kind == "block"]
+        placed = []
+        for spec in drawn.distractors:
+            for xy in spec.candidates:
+                cand = np.asarray(xy)
+                if all(np.linalg.norm(cand - q) >= p.clearance for q in taken):
+                    break
+            else:
+                continue  # no room left: fewer distractors (recorded)
+            z = spec.radius if spec.shape == "sphere" else spec.height / 2
+            body = self._backend.create_primitive(spec.shape, spec.radius, spec.height, (*spec.rgb, 1.0),
+                                                  (cand[0], cand[1], z), mass=p.mass)
+            self._distractors.append(body)
+            taken.append(cand)
+            placed.append([round(float(v), 4) for v in cand])
+        self._perturb_log["distractors_placed"] = placed
+
+    def _maybe_push(self) -> None:
+        """The push: once, when the grasp point is first within the drawn trigger distance of
+        the named block, the gripper open and the block resting on the table."""
+        robot, task = self._require()
+        if robot.gripper_opening() <= OPEN_GRIPPER:
+            return
+        named = task.blocks[task.target_colour]
+        pos, orn = self._backend.base_pose(named)
+        if pos[2] > task.cfg.block_size:  # not resting on the table
+            return
+        grasp = self.grasp_point()
+        if np.linalg.norm(grasp - pos) > self._drawn.push_trigger:
+            return
+        others = [self._backend.base_pose(b)[0][:2] for k, b in task.blocks.items() if k != task.target_colour]
+        low = grasp[2] < pos[2] + task.cfg.block_size / 2 + 0.015  # fingertips level with the block
+        dest = perturb.push_destination(pos[:2], others, grasp[:2] if low else None, self._drawn,
+                                        self.perturbation, self.config.block_region)
+        if dest is None:
+            return
+        self._backend.set_base_pose(named, (dest[0], dest[1], pos[2]), orn)
+        self._perturb_log.update(push_tick=self.tick, push_time=round(self.time, 3),
+                                 push_from=[round(float(v), 4) for v in pos[:2]],
+                                 push_to=[round(float(v), 4) for v in dest])
+
+    def perturbation_info(self) -> dict | None:
+        """What this episode's perturbation drew and did (JSON-ready), None without one."""
+        if self._drawn is None:
+            return None
+        out = self._drawn.describe()
+        if self._drawn.kind == "push":
+            out["pushed"] = "push_tick" in self._perturb_log
+        out.update(self._perturb_log)
+        return out
+
+    def distractor_positions(self) -> list[np.ndarray]:
+        """(3,) positions of this episode's distractors (not objects: never blocks)."""
+        self._require()
+        return [self._backend.base_pose(b)[0] for b in self._distractors]
 
     # --- observation -------------------------------------------------------------------
     def joint_state(self) -> JointStateArrays:
@@ -183,7 +279,7 @@ class ArmEnv:
     def close(self) -> None:
         """Release the physics client; idempotent."""
         self._backend.close()
-        self._robot, self._task, self._cameras = None, None, {}
+        self._robot, self._task, self._cameras, self._distractors = None, None, {}, []
 
     def __enter__(self) -> ArmEnv:
         return self

@@ -108,7 +108,8 @@ class PickPlaceTask:
         self.table = backend.create_boxes([TABLE_HALF], [(0, 0, 0)], TABLE_RGBA, TABLE_CENTER,
                                           lateral_friction=0.8)
         self.box = self._create_box()
-        self.blocks: dict[str, int] = {}
+        self.blocks: dict[str, int] = {}  # key (the colour, or "<colour>_2"... for copies) -> body
+        self.block_colours: dict[str, str] = {}
         self.target_colour = ""
 
     def _create_box(self) -> int:
@@ -123,17 +124,26 @@ class PickPlaceTask:
         x, y = cfg.box_center
         return self._backend.create_boxes(half, offs, BOX_RGBA, (x, y, 0.0), lateral_friction=0.8)
 
-    def reset(self, rng: np.random.Generator, n_blocks: int) -> None:
-        """Sample and create the blocks (the world was emptied and table/box re-made)."""
+    def reset(self, rng: np.random.Generator, n_blocks: int, crowd=None) -> None:
+        """Sample and create the blocks (the world was emptied and table/box re-made).
+
+        crowd(colours, xy, target) -> [(key, colour, xy, yaw)]: more blocks beyond the
+        sampled layout (sim.perturb's crowded world); keys name them, colours may repeat
+        (never the named one). Without it, keys are the colours."""
         colours, xy, yaws, target = sample_layout(rng, self.cfg, n_blocks)
+        blocks = [(c, c, p, yaw) for c, p, yaw in zip(colours, xy, yaws, strict=True)]
+        if crowd is not None:
+            blocks += crowd(colours, xy, target)
         s = self.cfg.block_size
         self.blocks = {}
-        for colour, (x, y), yaw in zip(colours, xy, yaws, strict=True):
+        self.block_colours = {}
+        for key, colour, (x, y), yaw in blocks:
             body = self._backend.create_boxes(
                 [(s / 2, s / 2, s / 2)], [(0, 0, 0)], RGBA[colour], (x, y, s / 2),
                 quat_from_yaw(yaw), mass=self.cfg.block_mass, lateral_friction=1.0)
             self._backend.set_dynamics(body, -1, spinningFriction=0.001, rollingFriction=0.0)
-            self.blocks[colour] = body
+            self.blocks[key] = body
+            self.block_colours[key] = colour
         self.target_colour = target
 
     @property
@@ -144,9 +154,10 @@ class PickPlaceTask:
         """Blocks in sampling order, then the box."""
         s = self.cfg.block_size
         out = []
-        for colour, body in self.blocks.items():
+        for key, body in self.blocks.items():
             pos, orn = self._backend.base_pose(body)
-            out.append(ObjectState(f"block_{colour}", "block", colour, np.array(RGBA[colour]), pos, orn,
+            colour = self.block_colours[key]
+            out.append(ObjectState(f"block_{key}", "block", colour, np.array(RGBA[colour]), pos, orn,
                                    np.full(3, s)))
         pos, orn = self._backend.base_pose(self.box)
         outer = self.cfg.box_inner_size + 2 * BOX_WALL

@@ -2,6 +2,14 @@
 
     arm-act eval --policy expert --episodes 200 --seed 1000 --blocks 2-5 --json
     arm-act eval --policy checkpoints/default --episodes 200 --seed 5000 --blocks 6
+    arm-act eval --policy checkpoints/default --camera-rate 50 --episodes 60 --seed 500000
+    arm-act eval --policy checkpoints/default --robustness all --episodes 50 --seed 400000 --out r.json
+
+--robustness NAME runs the world changed by one perturbation of arm_act/sim/perturb.py
+(push, lighting, camera, distractors, size, crowded; `none` for the plain world), the
+checkpoint and the scripted expert on the same seeds (--no-expert: the checkpoint only);
+`all` runs the plain world and every perturbation and prints one markdown table
+(arm_act/eval/robustness.py). --camera-rate must divide --control-rate (10, 25 or 50 at 50 Hz).
 
 What an evaluation runs and how episodes are seeded: arm_act/eval/evaluate.py. This module
 parses the options, calls arm_act.eval.evaluate.evaluate and prints the summary. Progress
@@ -28,6 +36,10 @@ def configure(parser) -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
                         help="run the episodes through sim_node + policy_node/expert_node over DDS, in lockstep")
+    parser.add_argument("--robustness", metavar="NAME",
+                        help="push, lighting, camera, distractors, size, crowded, none, or all (a table); "
+                             "a checkpoint runs beside the expert")
+    parser.add_argument("--no-expert", action="store_true", help="with --robustness: skip the expert's runs")
     parser.add_argument("--ray", metavar="ADDRESS",
                         help="one Ray task per episode: local (start Ray here), auto or ray://HOST:PORT "
                              "(join a cluster); the checkpoint travels to the tasks, videos and bags come back")
@@ -70,6 +82,8 @@ def run(args) -> int:
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray)
+        if args.robustness is not None:
+            return _robustness(args, config)
         summary = evaluate(config)
     except (CheckpointError, ValueError, RayPoolError) as exc:
         raise CommandError(str(exc)) from None
@@ -95,9 +109,29 @@ def run(args) -> int:
     if "lifted_named_block" in summary:
         print(f"  lifted the named block in {summary['lifted_named_block']}, another block in "
               f"{summary['lifted_other_block']} of {summary['episodes']} episodes")
+    if "regrasp" in summary:
+        regrasp = summary["regrasp"]
+        print(f"  regrasp: {regrasp['missed_first_grasp']} missed first grasps, "
+              f"{regrasp['succeeded_after_miss']} succeeded")
     if "target_error_first_cm_median" in summary:
         print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
               "from where it is (median, first camera pair)")
+    return 0
+
+
+def _robustness(args, config) -> int:
+    from arm_act.eval.robustness import compact, markdown_table, robustness_suite, variants
+
+    def write(table: dict) -> None:  # after every variant: a long run keeps what it finished
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(table, indent=2) + "\n")
+
+    table = robustness_suite(config, variants(args.robustness), with_expert=not args.no_expert, on_variant=write)
+    if args.json:
+        print(json.dumps(compact(table), indent=2))
+    else:
+        print(markdown_table(table))
     return 0
 
 

@@ -47,10 +47,15 @@ class EvalConfig:
     bags: Path | None = None
     settings: PolicySettings = field(default_factory=PolicySettings)
     ray: str | None = None
+    robustness: str | None = None  # a perturbation of arm_act.sim.perturb (ROBUSTNESS), None: the plain world
 
     def __post_init__(self):
         parse_blocks(self.blocks)  # raises ValueError quoting the text
         self.sim_config()  # ... and for bad rates or time limits
+        self.perturbation()  # ... and for an unknown robustness name
+        if self.robustness is not None and self.over_ros:
+            raise ValueError(f"robustness={self.robustness!r} runs in process (or on Ray); sim_node has no "
+                             "perturbations")
         if self.episodes < 1:
             raise ValueError(f"episodes={self.episodes} must be >= 1")
         if self.ray is not None and self.over_ros:
@@ -66,6 +71,19 @@ class EvalConfig:
     @property
     def checkpoint(self) -> Path | None:
         return None if self.policy == EXPERT else Path(self.policy)
+
+    def perturbation(self):
+        """The sim.perturb config of `robustness` (None without one)."""
+        if self.robustness is None:
+            return None
+        from arm_act.sim.perturb import perturbation
+
+        return perturbation(self.robustness)
+
+    def make_env(self):
+        from arm_act.sim import ArmEnv
+
+        return ArmEnv(self.sim_config(), perturbation=self.perturbation())
 
     def sim_config(self):
         from arm_act.sim import SimConfig
@@ -98,6 +116,13 @@ def summarize(results: list[dict], extra: dict) -> dict:
     if results and "lifted_named_block" in results[0]:  # policies: where the failures happen
         extra = {**extra, "lifted_named_block": sum(r["lifted_named_block"] for r in results),
                  "lifted_other_block": sum(r["lifted_other_block"] for r in results)}
+    if results and "first_grasp_missed" in results[0]:  # re-grasps: the first grasp closed on nothing
+        missed = [r for r in results if r["first_grasp_missed"]]
+        extra = {**extra, "regrasp": {"missed_first_grasp": len(missed),
+                                      "succeeded_after_miss": sum(r["success"] for r in missed),
+                                      "never_grasped": sum(1 for r in results if r["grasps"] == 0)}}
+    if results and results[0].get("perturbation") is not None and results[0]["perturbation"]["kind"] == "push":
+        extra = {**extra, "pushed": sum(1 for r in results if r["perturbation"]["pushed"])}
     grounding = sorted(r["target_error"]["first_cm"] for r in results if "target_error" in r)
     if grounding:  # where the target head puts the named block at the first camera pair
         extra = {**extra, "target_error_first_cm_median": grounding[len(grounding) // 2]}
@@ -114,17 +139,23 @@ def summarize(results: list[dict], extra: dict) -> dict:
     }
 
 
-def _in_process(config: EvalConfig, runner) -> list[dict]:
-    from arm_act.sim import ArmEnv
+def run_one(runner, env, spec) -> dict:
+    """One episode's record, with what its perturbation drew and did (if the env has one)."""
+    record = runner.run(env, spec)
+    if env.perturbation is not None:
+        record["perturbation"] = env.perturbation_info()
+    return record
 
+
+def _in_process(config: EvalConfig, runner) -> list[dict]:
     blocks = parse_blocks(config.blocks)
     results: list[dict] = []
-    env = ArmEnv(config.sim_config())
+    env = config.make_env()
     try:
         with progress_bar(total=config.episodes, desc="eval", unit="ep") as bar:
             for index in range(config.episodes):
                 spec = episode_spec(index, config.seed, blocks)
-                results.append(runner.run(env, spec))
+                results.append(run_one(runner, env, spec))
                 bar.update(1)
                 bar.set_postfix(success=f"{sum(r['success'] for r in results)}/{len(results)}")
     finally:
@@ -140,7 +171,6 @@ def evaluate_remote(spec, config: EvalConfig, latency_ticks: int = 0,
     import tempfile
 
     from arm_act.common.ray_pool import files_under, write_files
-    from arm_act.sim import ArmEnv
 
     with tempfile.TemporaryDirectory(prefix="arm_act_eval_") as tmp:
         root = Path(tmp)
@@ -154,9 +184,9 @@ def evaluate_remote(spec, config: EvalConfig, latency_ticks: int = 0,
                                        video_dir=None if config.video is None else root / "out" / "video",
                                        bags_dir=None if config.bags is None else root / "out" / "bags",
                                        named=config.checkpoint)
-        env = ArmEnv(config.sim_config())
+        env = config.make_env()
         try:
-            record = runner.run(env, spec)
+            record = run_one(runner, env, spec)
         finally:
             env.close()
         return {"record": record, "files": files_under(root / "out") if (root / "out").is_dir() else {}}
@@ -215,6 +245,7 @@ def evaluate(config: EvalConfig) -> dict:
         "camera_rate": config.camera_rate,
         "control_rate": config.control_rate,
         "over_ros": bool(config.over_ros),
+        "robustness": config.robustness,
         "wall_time_s": round(time.monotonic() - started, 2),
         **extra,
     })

@@ -98,6 +98,51 @@ def named_block_position(objects, instruction: str) -> np.ndarray | None:
     return np.asarray(found[0].position, dtype=np.float64) if len(found) == 1 else None
 
 
+CLOSED_COMMAND = 0.02  # m: a gripper command below this closes the fingers (GRIPPER_MAX is 0.04)
+
+
+class GraspTracker:
+    """Grasp attempts of one episode, from the commands and the sim state (on_tick).
+
+    An attempt starts when the gripper command goes from open to closed (< CLOSED_COMMAND)
+    and lasts while it stays closed. The first attempt missed when the named block was not
+    lifted (centre above LIFTED_Z) before the gripper opened again or the episode ended:
+    the fingers closed on nothing, or on a block they did not hold. offset: grasp point
+    minus named block (cm) when the first attempt closed."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+        self.grasps = 0
+        self.first_held = False
+        self.first_offset: list[float] | None = None
+        self._closed = False
+
+    def on_tick(self, obs, cmd) -> None:
+        block = named_block_position(obs.objects, obs.instruction)
+        closed = cmd.gripper < CLOSED_COMMAND
+        if closed and not self._closed:
+            self.grasps += 1
+            if self.grasps == 1 and block is not None:
+                self.first_offset = [round(100 * float(v), 2) for v in self.env.grasp_point() - block]
+        if closed and self.grasps == 1 and block is not None and block[2] > LIFTED_Z:
+            self.first_held = True
+        self._closed = closed
+
+    def record(self) -> dict:
+        return {"grasps": self.grasps, "first_grasp_missed": bool(self.grasps >= 1 and not self.first_held),
+                "first_grasp_offset_cm": self.first_offset}
+
+
+def _ticks(*callbacks):
+    """One on_tick callback calling each given one (None ones skipped)."""
+    live = [c for c in callbacks if c is not None]
+
+    def on_tick(obs, cmd) -> None:
+        for c in live:
+            c(obs, cmd)
+    return on_tick
+
+
 def episode_record(result) -> dict:
     """The record of one episode in `arm-act eval`'s results (sim.rollout.EpisodeResult in)."""
     return {
@@ -121,11 +166,12 @@ class ExpertRunner:
         from arm_act.sim.rollout import ExpertAgent, run_episode
 
         agent = ExpertAgent(rng=perturbation_rng(spec.seed))
+        tracker = GraspTracker(env)
         try:
-            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=False)
+            result = run_episode(env, agent, spec.seed, spec.n_blocks, render=False, on_tick=tracker.on_tick)
         finally:
             agent.close()
-        return episode_record(result)
+        return {**episode_record(result), **tracker.record()}
 
 
 @dataclass(frozen=True)
@@ -223,9 +269,10 @@ class PolicyRunner:
             from arm_act.bags.episode import EpisodeBagRecorder
 
             recorder = EpisodeBagRecorder.for_rollout(self.bags_dir, env, spec, policy=str(self.checkpoint))
+        tracker = GraspTracker(env)
         try:
             result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True,
-                                 on_tick=recorder.record_tick if recorder else None)
+                                 on_tick=_ticks(recorder.record_tick if recorder else None, tracker.on_tick))
         finally:
             if video is not None:
                 video.close()
@@ -233,6 +280,8 @@ class PolicyRunner:
             recorder.finish(result)
         record = episode_record(result)
         record.update(agent.partial_progress(result.instruction))
+        record.update(tracker.record())
+        record["camera_pairs"] = agent.chunks  # camera frames the policy saw (one chunk each)
         if agent.grounding() is not None:
             record["target_error"] = agent.grounding()
         return record
