@@ -10,7 +10,7 @@ one .npy per array (plus meta.json), keyed by the bag's path and each file's siz
 so a bag that is re-recorded, repaired or touched is decoded again. The cached images are
 opened memory-mapped (np.load(mmap_mode="r")): a dataset larger than memory trains, and a
 process's resident memory does not grow with the number of episodes (policy/data.py reads
-a batch's frames from the mappings and hands the pages back).
+a batch's frames from these files with pread, at the offsets the mappings describe).
 
 Works on rosbags message objects (fields as in rclpy, arrays as numpy), so reading bags
 needs no rclpy.
