@@ -9,6 +9,7 @@ Ranks, lowest first; a module may import its own subpackage and anything of a lo
     ros                       message conversions, QoS, node entry
     bags, nodes               rosbag2 files; the ROS nodes (bags never import nodes)
     data, eval, bench, view   datasets and collection, evaluation, benchmarks, viewers
+    pipeline                  the whole training recipe (collect, train, evaluate), staged
     cli                       the `arm-act` command line
 
 Subpackages of one rank may import each other only without a cycle. And the cores are
@@ -35,7 +36,8 @@ RANKS = {
     "ros": 2,
     "bags": 3, "nodes": 3,
     "data": 4, "eval": 4, "bench": 4, "view": 4,
-    "cli": 5,
+    "pipeline": 5,
+    "cli": 6,
 }
 FORBIDDEN = {("sim", "policy"), ("policy", "sim"), ("bags", "nodes")}  # same rank, never
 CORES = ("sim", "policy")
@@ -241,7 +243,7 @@ def test_the_checker_finds_each_kind_of_violation(tmp_path):
     expected = [
         "arm_act/bags/episode.py:1: arm_act.bags.episode imports arm_act.nodes.sim_node: bags must not import nodes",
         "arm_act/common/paths.py:3: arm_act.common.paths imports arm_act.cli.main: common (rank 1) must not "
-        "import cli (rank 5)",
+        "import cli (rank 6)",
         "arm_act/extra/__init__.py:1: subpackage arm_act.extra has no rank in tests/test_layers.py",
         "arm_act/sim/env.py:5: arm_act.sim.env imports arm_act.policy: sim must not import policy",
         "import cycle between the subpackages data, eval (data -> eval, eval -> data)",

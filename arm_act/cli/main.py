@@ -22,6 +22,7 @@ COMMANDS = {
     "view": "recorded bags in Rerun (cameras with attention, 3D, joints, diagnostics): --save FILE.rrd or --web",
     "bench": "latency and throughput figures of the policy and the loop",
     "budget": "tokens, parameters and FLOPs of a policy config against the control period",
+    "pipeline": "the whole training recipe from nothing to a checkpoint and its report, resumable",
 }
 
 

@@ -1,0 +1,262 @@
+"""The recipe of `arm-act pipeline`: a YAML file read into frozen, validated dataclasses.
+
+    blocks: 2-5                       # block counts of every collection
+    workers: 2                        # local collection processes
+    demos:                            # scripted-expert demonstrations, in order
+      - {name: demos_plain, episodes: 400, seed: 0}
+      - {name: demos_perturbed, episodes: 200, seed: 400, perturb: 0.3}
+    train:                            # stage 1, from scratch on every demonstration set
+      config: train_default.json      # {"policy": {...}, "train": {...}}, relative to this file
+      policy: {}                      # PolicyConfig overrides
+      train: {}                       # TrainConfig overrides (steps, lr, ...)
+    rounds:                           # takeover rounds: the newest policy drives, the expert
+      - name: takeover_1              # takes over at a handover time drawn from `handover`,
+        episodes: 600                 # then a fine-tune from that policy on all data so far
+        seed: 300000
+        handover: [0.5, 10]
+        train: {steps: 5000, lr: 2.5e-4, warmup_steps: 100, hold_after_end: true}
+    evals:                            # of the final checkpoint
+      - {name: eval_2-5, episodes: 200, seed: 100000, blocks: 2-5}
+    robustness: {episodes: 50, seed: 400000, blocks: 2-5, variants: all}
+
+Names become directory names under the run's out directory, so they are identifiers.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # "2-5" too: evaluations are named by their blocks
+
+
+class PipelineConfigError(ValueError):
+    """A recipe that cannot run: one line naming the field."""
+
+
+def _name(where: str, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # `name: 6` in YAML
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise PipelineConfigError(f"{where}: name={value!r} must be letters, digits, _ . - (a directory name)")
+    return value
+
+
+def _int(where: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise PipelineConfigError(f"{where}={value!r} must be an integer >= {low}")
+    return value
+
+
+def _blocks(where: str, value: Any) -> str:
+    from arm_act.common.episodes import parse_blocks
+
+    text = str(value)
+    try:
+        parse_blocks(text)
+    except ValueError as exc:
+        raise PipelineConfigError(f"{where}: {exc}") from None
+    return text
+
+
+def _only(where: str, data: Any, keys: set[str]) -> dict:
+    if not isinstance(data, dict):
+        raise PipelineConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        raise PipelineConfigError(f"{where}: unknown keys {unknown} (known: {sorted(keys)})")
+    return data
+
+
+@dataclass(frozen=True)
+class DemoSet:
+    name: str
+    episodes: int
+    seed: int
+    perturb: float = 0.0
+
+
+@dataclass(frozen=True)
+class TakeoverRound:
+    name: str
+    episodes: int
+    seed: int
+    handover: tuple[float, float]
+    train: dict
+    latency_ticks: int = 1
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    name: str
+    episodes: int
+    seed: int
+    blocks: str = "2-5"
+    time_limit: float = 20.0
+
+
+@dataclass(frozen=True)
+class RobustnessSpec:
+    episodes: int
+    seed: int
+    blocks: str = "2-5"
+    variants: str | tuple[str, ...] = "all"
+    time_limit: float = 20.0
+    with_expert: bool = True
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """A whole recipe (module docstring). policy / train: the stage-1 configs as dicts
+    (the base JSON file with the overrides applied), checked against PolicyConfig and
+    TrainConfig when the recipe is read."""
+
+    demos: tuple[DemoSet, ...]
+    policy: dict
+    train: dict
+    rounds: tuple[TakeoverRound, ...] = ()
+    evals: tuple[EvalSpec, ...] = ()
+    robustness: RobustnessSpec | None = None
+    blocks: str = "2-5"
+    workers: int = 1
+    eval_threads: int = 1
+    eval_latency_ticks: int = 1
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def policy_config(self):
+        from arm_act.policy.config import PolicyConfig
+
+        return PolicyConfig.from_dict({**PolicyConfig().to_dict(), **self.policy})
+
+    def train_config(self, overrides: dict | None = None, init_from: str = ""):
+        from arm_act.policy.train import TrainConfig
+
+        data = {**self.train, **(overrides or {})}
+        if init_from:
+            data["init_from"] = init_from
+        return TrainConfig.from_dict(data)
+
+
+def _time_limit(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise PipelineConfigError(f"{where}.time_limit={value!r} must be a number of seconds > 0")
+    return float(value)
+
+
+def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
+    """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
+    top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
+                                   "eval_threads", "eval_latency_ticks", "notes"})
+    blocks = _blocks("blocks", top.get("blocks", "2-5"))
+    workers = _int("workers", top.get("workers", 1), 1)
+    demos_raw = top.get("demos")
+    if not isinstance(demos_raw, list) or not demos_raw:
+        raise PipelineConfigError("demos: a list of at least one demonstration set is needed")
+    demos = []
+    for i, d in enumerate(demos_raw):
+        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb"})
+        perturb = d.get("perturb", 0.0)
+        if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
+            raise PipelineConfigError(f"demos[{i}].perturb={perturb!r} must be in [0, 1]")
+        demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
+                             _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb)))
+    train_raw = _only("train", top.get("train", {}), {"config", "policy", "train"})
+    policy, train = {}, {}
+    if "config" in train_raw:
+        path = Path(train_raw["config"])
+        path = path if path.is_absolute() else base_dir / path
+        try:
+            base = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PipelineConfigError(f"train.config: {path}: {exc}") from None
+        policy.update(base.get("policy", {}))
+        train.update(base.get("train", {}))
+    policy.update(_only("train.policy", train_raw.get("policy", {}) or {}, set(policy) | _fields("policy")))
+    train.update(_only("train.train", train_raw.get("train", {}) or {}, _fields("train")))
+    rounds = []
+    for i, r in enumerate(top.get("rounds", []) or []):
+        r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks"})
+        handover = r.get("handover")
+        if (not isinstance(handover, (list, tuple)) or len(handover) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in handover)
+                or not 0 <= handover[0] <= handover[1] < math.inf):
+            raise PipelineConfigError(f"rounds[{i}].handover={handover!r} must be [lo, hi] seconds, 0 <= lo <= hi")
+        overrides = _only(f"rounds[{i}].train", r.get("train", {}) or {}, _fields("train"))
+        rounds.append(TakeoverRound(_name(f"rounds[{i}]", r.get("name")),
+                                    _int(f"rounds[{i}].episodes", r.get("episodes"), 1),
+                                    _int(f"rounds[{i}].seed", r.get("seed"), 0),
+                                    (float(handover[0]), float(handover[1])), dict(overrides),
+                                    _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0)))
+    evals = []
+    for i, e in enumerate(top.get("evals", []) or []):
+        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit"})
+        evals.append(EvalSpec(_name(f"evals[{i}]", e.get("name")),
+                              _int(f"evals[{i}].episodes", e.get("episodes"), 1),
+                              _int(f"evals[{i}].seed", e.get("seed"), 0),
+                              _blocks(f"evals[{i}]", e.get("blocks", "2-5")),
+                              _time_limit(f"evals[{i}]", e.get("time_limit", 20.0))))
+    robustness = None
+    if top.get("robustness"):
+        rb = _only("robustness", top["robustness"], {"episodes", "seed", "blocks", "variants", "time_limit",
+                                                    "with_expert"})
+        variants = rb.get("variants", "all")
+        if isinstance(variants, list):
+            variants = tuple(str(v) for v in variants)
+        from arm_act.eval.robustness import variants as expand
+
+        try:
+            for v in (variants if isinstance(variants, tuple) else (variants,)):
+                expand(v)
+        except ValueError as exc:
+            raise PipelineConfigError(f"robustness.variants: {exc}") from None
+        robustness = RobustnessSpec(_int("robustness.episodes", rb.get("episodes"), 1),
+                                    _int("robustness.seed", rb.get("seed"), 0),
+                                    _blocks("robustness", rb.get("blocks", "2-5")),
+                                    variants, _time_limit("robustness", rb.get("time_limit", 20.0)),
+                                    bool(rb.get("with_expert", True)))
+    names = [d.name for d in demos] + [r.name for r in rounds]
+    if len(set(names)) != len(names):
+        raise PipelineConfigError(f"demos and rounds names {names} must be unique (they are data directories)")
+    if len({e.name for e in evals}) != len(evals):
+        raise PipelineConfigError(f"evals names {[e.name for e in evals]} must be unique")
+    config = PipelineConfig(tuple(demos), policy, train, tuple(rounds), tuple(evals), robustness, blocks, workers,
+                            _int("eval_threads", top.get("eval_threads", 1), 1),
+                            _int("eval_latency_ticks", top.get("eval_latency_ticks", 1), 0), source)
+    try:  # every stage's policy and train config is valid before anything runs
+        config.policy_config()
+        config.train_config()
+        for r in rounds:
+            config.train_config(r.train, init_from="previous")
+    except (TypeError, ValueError) as exc:
+        raise PipelineConfigError(f"train: {exc}") from None
+    return config
+
+
+def _fields(kind: str) -> set[str]:
+    import dataclasses
+
+    if kind == "policy":
+        from arm_act.policy.config import PolicyConfig
+
+        return {f.name for f in dataclasses.fields(PolicyConfig)}
+    from arm_act.policy.train import TrainConfig
+
+    return {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def load(path: str | Path) -> PipelineConfig:
+    """Read a recipe file (YAML). Raises PipelineConfigError naming what is wrong."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise PipelineConfigError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(f"{path}: invalid YAML ({exc})") from None
+    return from_dict(data, path.parent, source=str(path))

@@ -1,0 +1,339 @@
+"""Run a recipe (arm_act/pipeline/config.py) stage by stage into one out directory.
+
+    out/
+      data/<demo set>/, data/<round>/   bags (arm_act.data.collect.collect)
+      checkpoints/stage1/, checkpoints/<round>/   (arm_act.data.training.train_from_bags)
+      cache/                            decoded bags and grounding layouts, shared by the trainings
+      evals/<eval>.json, evals/robustness.json   (arm_act.eval.evaluate / eval.robustness)
+      stages/NN_<stage>.json            a stage's manifest, written last: the stage is done
+      checkpoint/                       the final checkpoint (a copy of the last training's)
+      report.md, report/*.png           the final report
+      pipeline.log                      everything logged, every run appended
+
+Resuming: a stage is done when its manifest exists, was made with the same parameters and
+its output is there; a rerun of the same command skips done stages and continues the first
+unfinished one where it stopped (collect keeps the complete bags, training resumes from its
+train_state). A manifest made with other parameters stops the run (another out directory,
+or delete that stage's manifest and output).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from arm_act.pipeline.config import PipelineConfig
+
+logger = logging.getLogger(__name__)
+
+STAGE1 = "stage1"
+CHECKPOINT_FILES = ("model.safetensors", "config.json", "normalization.json", "metrics.json", "loss_curves.png")
+
+
+class PipelineError(Exception):
+    """A stage that cannot run or failed: one line."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the stages run (not what they make: a manifest's parameters leave these out).
+    device: where training runs (and evaluation, when it names a GPU); ray: an address for
+    collection and evaluation; nproc_per_node: data-parallel training processes (torchrun)."""
+
+    device: str = "auto"
+    ray: str | None = None
+    nproc_per_node: int | None = None
+    until: str | None = None  # stop after the stage of this name
+
+
+@dataclass
+class Stage:
+    index: int
+    name: str
+    params: dict
+    output: Path
+    run: Callable[[], dict]
+
+    @property
+    def manifest_name(self) -> str:
+        return f"{self.index:02d}_{self.name}.json"
+
+
+def _digest(params: dict) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _checkpoint_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in ("model.safetensors", "config.json", "normalization.json",
+                                                     "metrics.json"))
+
+
+@contextlib.contextmanager
+def _one_line(what: str):
+    """Evaluation errors (a checkpoint that does not load, bad settings, Ray) as PipelineError."""
+    from arm_act.common.ray_pool import RayPoolError
+    from arm_act.policy.checkpoint import CheckpointError
+
+    try:
+        yield
+    except (CheckpointError, RayPoolError, ValueError) as exc:
+        raise PipelineError(f"{what}: {exc}") from None
+
+
+class Pipeline:
+    """The stages of one recipe in one out directory (module docstring)."""
+
+    def __init__(self, config: PipelineConfig, out: Path, options: RunOptions | None = None):
+        self.config, self.out = config, Path(out)
+        self.options = options or RunOptions()
+        self.stages = self._plan()
+        names = [s.name for s in self.stages]
+        if self.options.until is not None and self.options.until not in names:
+            raise PipelineError(f"until={self.options.until!r} is not a stage; stages are {names}")
+
+    # --- the plan ------------------------------------------------------------------------
+    def data_dir(self, name: str) -> Path:
+        return self.out / "data" / name
+
+    def checkpoint_dir(self, name: str) -> Path:
+        return self.out / "checkpoints" / name
+
+    @property
+    def final_checkpoint(self) -> Path:
+        return self.checkpoint_dir(self.config.rounds[-1].name if self.config.rounds else STAGE1)
+
+    def _plan(self) -> list[Stage]:
+        c = self.config
+        stages: list[Stage] = []
+
+        def add(name: str, params: dict, output: Path, run: Callable[[], dict]) -> None:
+            stages.append(Stage(len(stages) + 1, name, params, output, run))
+
+        for demo in c.demos:
+            add(f"collect_{demo.name}", {"kind": "collect", **dataclasses.asdict(demo), "blocks": c.blocks},
+                self.data_dir(demo.name), lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb))
+        data = [self.data_dir(d.name) for d in c.demos]
+        add(f"train_{STAGE1}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
+                                "train": c.train}, self.checkpoint_dir(STAGE1),
+            lambda data=list(data): self._train(STAGE1, data, c.train_config()))
+        previous = self.checkpoint_dir(STAGE1)
+        for rnd in c.rounds:
+            add(f"collect_{rnd.name}", {"kind": "takeover", **dataclasses.asdict(rnd), "blocks": c.blocks,
+                                        "policy": str(previous)},
+                self.data_dir(rnd.name), lambda r=rnd, p=previous: self._collect(
+                    r.name, r.episodes, r.seed, 0.0, policy=p, handover=r.handover, latency_ticks=r.latency_ticks))
+            data = [*data, self.data_dir(rnd.name)]
+            train_config = c.train_config(rnd.train, init_from=str(previous))
+            add(f"train_{rnd.name}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
+                                      "train": train_config.to_dict()}, self.checkpoint_dir(rnd.name),
+                lambda r=rnd, d=list(data), t=train_config: self._train(r.name, d, t))
+            previous = self.checkpoint_dir(rnd.name)
+        final = self.final_checkpoint
+        for spec in c.evals:
+            add(f"eval_{spec.name}", {"kind": "eval", **dataclasses.asdict(spec), "policy": str(final),
+                                      "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks},
+                self.out / "evals" / f"{spec.name}.json", lambda s=spec: self._eval(s))
+        if c.robustness is not None:
+            add("robustness", {"kind": "robustness", **dataclasses.asdict(c.robustness), "policy": str(final),
+                               "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks},
+                self.out / "evals" / "robustness.json", self._robustness)
+        add("report", {"kind": "report", "final": str(final), "stages": [s.name for s in stages]},
+            self.out / "report.md", self._report)
+        return stages
+
+    # --- running -------------------------------------------------------------------------
+    def manifest(self, stage: Stage) -> dict | None:
+        path = self.out / "stages" / stage.manifest_name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def is_done(self, stage: Stage) -> bool:
+        """Manifest there, made with these parameters, and the output there. A manifest made
+        with other parameters raises PipelineError."""
+        found = self.manifest(stage)
+        if found is None:
+            return False
+        if found.get("params_digest") != _digest(stage.params):
+            raise PipelineError(f"stage {stage.name} in {self.out} was made with other parameters "
+                                f"({self.out / 'stages' / stage.manifest_name}); use another out directory, "
+                                "or delete that manifest and the stage's output to redo it")
+        return stage.output.exists()
+
+    def run(self, on_stage: Callable[[Stage, str], None] | None = None) -> dict:
+        """Run every stage not yet done (up to options.until); -> {"stages": [{name, status,
+        wall_time_s}], "report": path or None}. on_stage(stage, "skip"|"start"|"done")."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.out / "pipeline.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        if root.level > logging.INFO or root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+        summary: list[dict] = []
+        try:
+            logger.info("pipeline %s -> %s: %d stages (%s)", self.config.source or "(recipe)", self.out,
+                        len(self.stages), ", ".join(s.name for s in self.stages))
+            for stage in self.stages:
+                where = f"[{stage.index}/{len(self.stages)}] {stage.name}"
+                if self.is_done(stage):
+                    logger.info("%s: done before, skipped", where)
+                    summary.append({"name": stage.name, "status": "skipped"})
+                    if on_stage:
+                        on_stage(stage, "skip")
+                else:
+                    logger.info("%s: started", where)
+                    if on_stage:
+                        on_stage(stage, "start")
+                    started = time.monotonic()
+                    result = stage.run()
+                    wall = round(time.monotonic() - started, 2)
+                    _write_json(self.out / "stages" / stage.manifest_name, {
+                        "stage": stage.name, "params": stage.params, "params_digest": _digest(stage.params),
+                        "output": str(stage.output), "wall_time_s": wall,
+                        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "result": result})
+                    logger.info("%s: done in %.1f s", where, wall)
+                    summary.append({"name": stage.name, "status": "ran", "wall_time_s": wall})
+                    if on_stage:
+                        on_stage(stage, "done")
+                if stage.name == self.options.until:
+                    logger.info("stopping after %s (until)", stage.name)
+                    break
+        except KeyboardInterrupt:
+            logger.info("interrupted; rerun the same command to continue")
+            raise
+        finally:
+            root.removeHandler(handler)
+            handler.close()
+        report = self.out / "report.md"
+        return {"out": str(self.out), "stages": summary, "report": str(report) if report.is_file() else None,
+                "checkpoint": str(self.out / "checkpoint") if (self.out / "checkpoint").is_dir() else None}
+
+    # --- the stages ----------------------------------------------------------------------
+    def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
+                 handover: tuple[float, float] | None = None, latency_ticks: int | None = None) -> dict:
+        from arm_act.common.episodes import parse_blocks
+        from arm_act.common.ray_pool import RayPoolError
+        from arm_act.data.collect import CollectConfig, CollectError, collect
+        from arm_act.policy.checkpoint import CheckpointError
+
+        config = CollectConfig(out=self.data_dir(name), perturb=perturb, policy=policy, handover=handover,
+                               latency_ticks=latency_ticks if policy is not None else None)
+        done = [0]
+
+        def on_record(record: dict) -> None:
+            done[0] += 1
+            if done[0] % max(1, episodes // 10) == 0 or done[0] == episodes:
+                logger.info("collect %s: %d episodes this run", name, done[0])
+
+        try:
+            summary = collect(config, episodes, seed, parse_blocks(self.config.blocks), workers=self.config.workers,
+                              resume=True, on_record=on_record, ray=self.options.ray)
+        except (CollectError, CheckpointError, RayPoolError, ValueError) as exc:
+            raise PipelineError(f"collect {name}: {exc}") from None
+        from arm_act.bags import find_bags
+
+        bags = find_bags([self.data_dir(name)])
+        if len(bags) < episodes:
+            raise PipelineError(f"collect {name}: {len(bags)} bags of {episodes} in {self.data_dir(name)}")
+        return {k: v for k, v in summary.items() if k != "episodes_detail"} | {"bags": len(bags)}
+
+    def _train(self, name: str, data: list[Path], train_config) -> dict:
+        out = self.checkpoint_dir(name)
+        cache = self.out / "cache"
+        policy_config = self.config.policy_config()
+        if self.options.nproc_per_node:
+            self._train_distributed(name, data, out, cache, policy_config, train_config)
+        else:
+            from arm_act.data.dataset import DatasetError
+            from arm_act.data.training import train_from_bags
+            from arm_act.policy.train import TrainingError
+
+            try:
+                train_from_bags(data, out, cache, policy_config, train_config, resume=True,
+                                progress=sys.stderr.isatty(), device=self.options.device)
+            except (DatasetError, TrainingError, ValueError) as exc:
+                raise PipelineError(f"train {name}: {exc}") from None
+        if not _checkpoint_complete(out):
+            raise PipelineError(f"train {name}: {out} holds no complete checkpoint")
+        metrics = json.loads((out / "metrics.json").read_text())
+        return {"checkpoint": str(out), "steps": metrics.get("steps"), "final": metrics.get("final"),
+                "wall_time_s": metrics.get("wall_time_s"), "samples_per_s": metrics.get("samples_per_s"),
+                "episodes": metrics.get("data", {}).get("episodes"), "frames": metrics.get("data", {}).get("frames")}
+
+    def _train_distributed(self, name, data, out, cache, policy_config, train_config) -> None:
+        spec = self.out / "stages" / f".train_{name}.json"
+        _write_json(spec, {"data": [str(p) for p in data], "out": str(out), "cache": str(cache),
+                           "policy": policy_config.to_dict(), "train": train_config.to_dict(),
+                           "device": self.options.device})
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={self.options.nproc_per_node}", "-m", "arm_act.pipeline.train_worker",
+                   str(spec)]
+        logger.info("train %s: %s", name, " ".join(command))
+        status = subprocess.call(command)
+        if status:
+            raise PipelineError(f"train {name}: torchrun with {self.options.nproc_per_node} processes exited "
+                                f"with status {status}")
+
+    def _eval_config(self, episodes: int, seed: int, blocks: str, time_limit: float):
+        from arm_act.eval.evaluate import EvalConfig
+        from arm_act.eval.in_process import PolicySettings
+
+        device = self.options.device
+        eval_device = "cpu" if self.options.ray or device in ("auto", "cpu") else device
+        settings = PolicySettings(latency_ticks=self.config.eval_latency_ticks, threads=self.config.eval_threads,
+                                  device=eval_device)
+        return EvalConfig(policy=self.final_checkpoint, episodes=episodes, seed=seed, blocks=blocks,
+                          time_limit=time_limit, settings=settings, ray=self.options.ray)
+
+    def _eval(self, spec) -> dict:
+        from arm_act.eval.evaluate import evaluate
+
+        with _one_line(f"eval {spec.name}"):
+            summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit))
+        _write_json(self.out / "evals" / f"{spec.name}.json", summary)
+        return {k: v for k, v in summary.items() if k != "results"}
+
+    def _robustness(self) -> dict:
+        from arm_act.eval.robustness import compact, markdown_table, robustness_suite, variants
+
+        spec = self.config.robustness
+        names: list[str] = []
+        for v in (spec.variants if isinstance(spec.variants, tuple) else (spec.variants,)):
+            names += [n for n in variants(v) if n not in names]
+        partial = self.out / "evals" / ".robustness_partial.json"
+        with _one_line("robustness"):
+            table = robustness_suite(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit),
+                                     names, with_expert=spec.with_expert, on_variant=lambda t: _write_json(partial, t))
+        _write_json(self.out / "evals" / "robustness.json", table)
+        (self.out / "evals" / "robustness.md").write_text(markdown_table(table) + "\n")
+        partial.unlink(missing_ok=True)
+        return compact(table)
+
+    def _report(self) -> dict:
+        from arm_act.pipeline.report import write_report
+
+        final = self.out / "checkpoint"
+        final.mkdir(parents=True, exist_ok=True)
+        for name in CHECKPOINT_FILES:
+            if (self.final_checkpoint / name).is_file():
+                shutil.copy2(self.final_checkpoint / name, final / name)
+        manifests = [m for m in (self.manifest(s) for s in self.stages if s.name != "report") if m is not None]
+        return write_report(self.out, manifests, self.config)

@@ -1,0 +1,140 @@
+"""`arm-act pipeline` end to end with a tiny recipe: two demonstration sets, stage-1
+training of a tiny model, one takeover round and its fine-tune, an evaluation, a robustness
+variant and the report; interrupted (SIGINT) after training and resumed, skipping the
+finished stages. And the recipe's validation."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from arm_act.pipeline import Pipeline, PipelineConfigError, PipelineError, load
+from arm_act.pipeline.config import from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "blocks": "2",
+    "workers": 1,
+    "demos": [{"name": "plain", "episodes": 2, "seed": 11}, {"name": "perturbed", "episodes": 1, "seed": 400,
+                                                              "perturb": 0.3}],
+    "train": {"policy": {"width": 32, "heads": 4, "encoder_layers": 1, "chunk_size": 10,
+                         "target_weight": 1.0},
+              "train": {"steps": 4, "batch_size": 4, "val_every": 2, "checkpoint_every": 2, "warmup_steps": 1,
+                        "augment": False, "grounding_layouts": 4, "threads": 1}},
+    "rounds": [{"name": "takeover", "episodes": 1, "seed": 300000, "handover": [0.2, 0.4],
+                "train": {"steps": 2, "hold_after_end": True}}],
+    "evals": [{"name": "2", "episodes": 1, "seed": 100000, "blocks": "2", "time_limit": 2}],
+    "robustness": {"episodes": 1, "seed": 400000, "blocks": "2", "variants": ["size"], "time_limit": 2},
+}
+
+
+def _wait_for(condition, timeout: float, proc: subprocess.Popen) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if proc.poll() is not None:
+            return condition()
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.e2e
+def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
+    recipe, out = tmp_path / "tiny.yaml", tmp_path / "run"
+    recipe.write_text(yaml.safe_dump(TINY))
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    proc = subprocess.Popen([sys.executable, "-m", "arm_act.cli", "pipeline", "--config", str(recipe), "--out",
+                             str(out), "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    trained = out / "stages" / "03_train_stage1.json"
+    try:
+        assert _wait_for(trained.is_file, 600, proc), proc.communicate()[1][-3000:]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in err
+    assert not (out / "stages" / "11_report.json").exists()  # it did stop before the end
+    assert not (out / "report.md").exists()
+    done_before = {p.name: p.stat().st_mtime_ns for p in (out / "stages").glob("0[123]_*.json")}
+    assert sorted(done_before) == ["01_collect_plain.json", "02_collect_perturbed.json", "03_train_stage1.json"]
+
+    pipeline = Pipeline(load(recipe), out)
+    assert [s.name for s in pipeline.stages] == [
+        "collect_plain", "collect_perturbed", "train_stage1", "collect_takeover", "train_takeover", "eval_2",
+        "robustness", "report"]
+    result = pipeline.run()
+    statuses = {s["name"]: s["status"] for s in result["stages"]}
+    assert [statuses[n] for n in ("collect_plain", "collect_perturbed", "train_stage1")] == ["skipped"] * 3
+    assert statuses["report"] == "ran" and statuses["eval_2"] == "ran"
+    for name, mtime in done_before.items():  # the finished stages were not redone
+        assert (out / "stages" / name).stat().st_mtime_ns == mtime
+
+    # What the stages made: bags, two checkpoints (the fine-tune from stage 1), evaluations, the report.
+    assert len(list((out / "data" / "plain").iterdir())) == 2
+    tuned = json.loads((out / "checkpoints" / "takeover" / "metrics.json").read_text())
+    assert tuned["train"]["init_from"] == str(out / "checkpoints" / "stage1") and tuned["steps"] == 2
+    assert tuned["data"]["episodes"] == 4  # 2 + 1 demonstrations + 1 takeover episode
+    evaluation = json.loads((out / "evals" / "2.json").read_text())
+    assert evaluation["episodes"] == 1 and evaluation["policy"]["checkpoint"] == str(out / "checkpoints" / "takeover")
+    assert "regrasp" in evaluation
+    table = json.loads((out / "evals" / "robustness.json").read_text())
+    assert [r["variant"] for r in table["rows"]] == ["size"] and table["rows"][0]["expert"]["episodes"] == 1
+    for name in ("model.safetensors", "config.json", "normalization.json", "metrics.json"):
+        assert (out / "checkpoint" / name).read_bytes() == (out / "checkpoints" / "takeover" / name).read_bytes()
+    report = (out / "report.md").read_text()
+    assert "| train_takeover |" in report and "| size |" in report and "report/success.png" in report
+    assert (out / "report" / "success.png").stat().st_size > 1000
+    assert (out / "report" / "loss_train_stage1.png").is_file()
+    log = (out / "pipeline.log").read_text()
+    assert "[3/8] train_stage1: done before, skipped" in log and "interrupted" in log
+
+    # A third run does nothing; a changed recipe is refused for the stage it changes.
+    again = Pipeline(load(recipe), out).run()
+    assert {s["status"] for s in again["stages"]} == {"skipped"}
+    changed = dataclasses.replace(load(recipe), evals=(dataclasses.replace(load(recipe).evals[0], episodes=2),))
+    moved = Pipeline(changed, out)
+    with pytest.raises(PipelineError, match="eval_2 .* other parameters"):
+        moved.is_done(moved.stages[5])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change,message", [
+    ({"demos": []}, "demos"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),
+    ({"evals": [{"name": "a b", "episodes": 1, "seed": 1}]}, "name"),
+    ({"train": {"train": {"stepz": 3}}}, "stepz"),
+    ({"train": {"train": {"steps": 0}}}, "steps"),
+    ({"robustness": {"episodes": 1, "seed": 1, "variants": "rain"}}, "rain"),
+    ({"colour": "red"}, "unknown keys"),
+])
+def test_recipe_errors_name_the_field(change, message):
+    with pytest.raises(PipelineConfigError, match=message):
+        from_dict({**TINY, **change}, ROOT / "config")
+
+
+@pytest.mark.unit
+def test_default_recipe_is_todays_recipe():
+    config = load(ROOT / "config" / "pipeline_default.yaml")
+    assert [(d.episodes, d.seed, d.perturb) for d in config.demos] == [(400, 0, 0.0), (200, 400, 0.3)]
+    assert config.train == json.loads((ROOT / "config" / "train_default.json").read_text())["train"]
+    assert config.train_config().steps == 12000
+    rounds = [(r.episodes, r.seed, r.handover, config.train_config(r.train, "x")) for r in config.rounds]
+    assert [(e, s, h) for e, s, h, _ in rounds] == [(600, 300000, (0.5, 10.0)), (600, 310000, (0.5, 6.0))]
+    assert [(t.steps, t.lr, t.warmup_steps, t.hold_after_end) for *_, t in rounds] == [
+        (5000, 2.5e-4, 100, True), (3000, 2e-4, 100, True)]
+    assert [(e.episodes, e.seed, e.blocks) for e in config.evals] == [(200, 100000, "2-5"), (200, 200000, "6")]
+    names = [s.name for s in Pipeline(config, Path("/nonexistent/run")).stages]
+    assert names[0] == "collect_demos_plain" and names[-3:] == ["eval_6", "robustness", "report"]
