@@ -298,13 +298,14 @@ def test_live_bridge_logs_what_it_receives_over_dds(ros_context, tmp_path):
         assert wait_for(lambda: bridge.get_clock().now().nanoseconds == 2_000_000_000, 10.0)
         info = conv.EpisodeInfo(episode=0, seed=1, n_blocks=2, state="running",
                                 instruction="put the red block in the box", time=0.0, start=2.0)
-        publishers["episode"].publish(conv.episode_msg(info))
-        for k in range(5):
-            publishers["joint_states"].publish(conv.joint_state_msg(2.0, _q(k), np.zeros(9), np.zeros(9)))
-        publishers["image"].publish(conv.image_msg(2.0, np.full((96, 96, 3), 90, np.uint8), "front"))
         grids = {"front": np.eye(GRID, dtype=np.float32), "wrist": np.ones((GRID, GRID), np.float32)}
-        publishers["attention"].publish(conv.attention_msg(grids, ("front", "wrist")))
-        assert wait_for(lambda: bridge.messages >= 8, 10.0), bridge.messages
+        messages = [("episode", conv.episode_msg(info))]
+        messages += [("joint_states", conv.joint_state_msg(2.0, _q(k), np.zeros(9), np.zeros(9))) for k in range(5)]
+        messages += [("image", conv.image_msg(2.0, np.full((96, 96, 3), 90, np.uint8), "front")),
+                     ("attention", conv.attention_msg(grids, ("front", "wrist")))]
+        for count, (name, msg) in enumerate(messages, start=1):  # one at a time: sensor QoS drops a burst
+            publishers[name].publish(msg)
+            assert wait_for(lambda count=count: bridge.messages >= count, 10.0), (name, bridge.messages)
     bridge.close()
     rec.disconnect()
     bridge.destroy_node()
