@@ -438,3 +438,18 @@ def test_web_viewer_listens_on_localhost_only_and_dies_with_its_parent():
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+@pytest.mark.unit
+def test_a_namespaced_bag_shows_the_same(policy_bag, tmp_path):
+    """A bag of `ros2 launch arm_act bringup.launch.py namespace:=robot1` has /robot1/... topics."""
+    bag = tmp_path / "robot1_run"
+    with BagWriter(bag, live_topic_specs(namespace="/robot1")) as writer:
+        for message in read_bag(policy_bag):
+            topic = message.topic if message.topic == "/clock" else "/robot1" + message.topic
+            writer.write(topic, message.timestamp_ns, message.msg)
+    plain, spaced = tmp_path / "plain.rrd", tmp_path / "spaced.rrd"
+    view_bags([policy_bag], save=plain, report=lambda line: None)
+    view_bags([bag], save=spaced, report=lambda line: None)
+    assert rrd_rows(spaced) == rrd_rows(plain)
+    assert rrd_rows(spaced)[L.camera_attention("wrist")] > 0

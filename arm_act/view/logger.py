@@ -63,7 +63,7 @@ class _Rows:
 class RunLogger:
     """Turns messages of the live topics into a recording `rec` (a rerun.RecordingStream).
 
-    handle(topic, stamp_ns, msg) for each message (topic: the relative or absolute topic name),
+    handle(topic, stamp_ns, msg) for each message (topic: relative, absolute or namespaced),
     flush() to send what is buffered, close() at the end. Malformed messages are skipped with a
     debug log line, as the nodes do; counts of what was logged are in `counts`.
     """
@@ -89,6 +89,7 @@ class RunLogger:
         for camera in self.cameras:
             self._handlers[f"camera/{camera}/image_raw"] = (
                 lambda ns, msg, c=camera: self._image(c, ns, msg))
+        self._resolved: dict[str, object] = {}
         self._log_static()
 
     # ------------------------------------------------------------ static scene and styles
@@ -122,9 +123,19 @@ class RunLogger:
             static=True)
 
     # ------------------------------------------------------------ entry points
+    def _handler(self, topic: str):
+        """The handler of a topic name, under any namespace ("/robot1/joint_states" is
+        joint_states, as `ros2 launch ... namespace:=robot1` records it); None if not shown."""
+        if topic not in self._resolved:
+            parts = topic.strip("/").split("/")
+            self._resolved[topic] = next((self._handlers[name] for name in
+                                          ("/".join(parts[i:]) for i in range(len(parts)))
+                                          if name in self._handlers), None)
+        return self._resolved[topic]
+
     def handle(self, topic: str, stamp_ns: int, msg) -> bool:
         """Log one message; False when the topic is not shown or the message was malformed."""
-        handler = self._handlers.get(topic.lstrip("/"))
+        handler = self._handler(topic)
         if handler is None:
             return False
         try:

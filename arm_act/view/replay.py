@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from arm_act.view.sinks import ViewerError, WebViewer, open_recording
 
 logger = logging.getLogger(__name__)
 
+_CAMERA_TOPIC = re.compile(r"(?:^|/)camera/([^/]+)/image_raw$")  # under any namespace
 REPLAY_FLUSH_S = 1.0  # wall seconds between column sends while replaying
 
 
@@ -44,7 +46,7 @@ def recording_name(bag: Path, custom: dict[str, str]) -> str:
 
 def cameras_of(topics: Iterable[str]) -> tuple[str, ...]:
     """Camera names of a bag's image topics, in the live system's order where it has them."""
-    names = [t.split("/")[-2] for t in topics if t.startswith("/camera/") and t.endswith("/image_raw")]
+    names = [m.group(1) for m in (_CAMERA_TOPIC.search(t) for t in topics) if m]
     known = [c for c in L.CAMERAS if c in names]
     return tuple(known + sorted(set(names) - set(known)))
 
