@@ -36,10 +36,11 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "sim_node = arm_act.nodes.sim_node:main",
-            "expert_node = arm_act.nodes.expert_node:main",
-            "policy_node = arm_act.nodes.policy_node:main",
-            "bag_recorder = arm_act.nodes.bag_recorder:main",
+            # (arm_act.ros.node_main: our signal handlers before the node's heavy imports)
+            "sim_node = arm_act.ros.node_main:sim_node",
+            "expert_node = arm_act.ros.node_main:expert_node",
+            "policy_node = arm_act.ros.node_main:policy_node",
+            "bag_recorder = arm_act.ros.node_main:bag_recorder",
             "arm-act = arm_act.cli.main:main",
         ],
     },

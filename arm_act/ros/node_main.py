@@ -26,14 +26,15 @@ much per callback that beside a 100 Hz /clock and joint_states the policy node m
 """
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 import threading
 
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
+# rclpy is imported inside the functions: the console scripts install the stop signals
+# before anything heavy is imported (a SIGINT during `import rclpy` or torch was swallowed by
+# some import and ignored: the node then started as if nothing had happened).
 
 # How often the spin loop looks at the stop flag: Python runs a signal handler only between
 # bytecodes of the main thread, so the executor's wait must come back now and then.
@@ -77,7 +78,8 @@ def _done(node) -> bool:
     return bool(done is not None and done.is_set())
 
 
-def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: bool = True) -> int:
+def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: bool = True,
+             signals: StopSignals | None = None) -> int:
     """Create `node_class()`, spin it until a signal, its `done` event or a context shutdown,
     destroy it and shut rclpy down. Returns the exit status (0, or 1 when the node failed or
     could not be created; the reason is one line on stderr, not a traceback).
@@ -86,10 +88,15 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
     must not get Python's KeyboardInterrupt back for a signal still on its way (the second
     SIGINT of a process group arrives a moment after the first)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if signals is None:
+        signals = StopSignals().install()  # before init: a signal during start-up is not lost
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
     argv = list(sys.argv if args is None else args)
     if use_sim_time:
         argv = sim_time_default(argv)
-    signals = StopSignals().install()  # before init: a signal during start-up is not lost
     node = None
     status = 0
     try:
@@ -130,9 +137,9 @@ def ignore_stop_signals() -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
-def spin_node(node_class, args=None, use_sim_time: bool = True) -> None:
+def spin_node(node_class, args=None, use_sim_time: bool = True, signals: StopSignals | None = None) -> None:
     """The console-script main: run_node, then exit with its status."""
-    status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False)
+    status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False, signals=signals)
     ignore_stop_signals()
     # Everything is closed and joined by now (the node is destroyed, rclpy shut down). Skip the
     # interpreter's own teardown: unloading torch and PyBullet took 0.8 s on a quiet machine and
@@ -140,3 +147,42 @@ def spin_node(node_class, args=None, use_sim_time: bool = True) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+# ---------------------------------------------------------------- console scripts
+# The executables (setup.py console_scripts) start here, in this light module: the stop
+# signals are ours before the node's module is imported (torch takes seconds), so a Ctrl-C
+# during start-up ends the process with 0 and no KeyboardInterrupt traceback.
+EXECUTABLES = {  # name -> (module, node class, sim time by default)
+    "sim_node": ("arm_act.nodes.sim_node", "SimNode", False),
+    "policy_node": ("arm_act.nodes.policy_node", "PolicyNode", True),
+    "expert_node": ("arm_act.nodes.expert_node", "ExpertNode", True),
+}
+
+
+def _console_script(name: str):
+    def main() -> None:
+        signals = StopSignals().install()
+        module, class_name, sim_time = EXECUTABLES[name]
+        node_class = getattr(importlib.import_module(module), class_name)
+        spin_node(node_class, use_sim_time=sim_time, signals=signals)
+
+    main.__name__ = main.__qualname__ = name
+    main.__doc__ = f"`ros2 run arm_act {name}`"
+    return main
+
+
+sim_node = _console_script("sim_node")
+policy_node = _console_script("policy_node")
+expert_node = _console_script("expert_node")
+
+
+def bag_recorder() -> None:
+    """`ros2 run arm_act bag_recorder` (it has its own main: its bag closes in its loop)."""
+    signals = StopSignals().install()
+    from arm_act.nodes import bag_recorder as recorder
+
+    if signals.event.is_set():  # stopped while importing: nothing was recorded, nothing to close
+        ignore_stop_signals()
+        os._exit(0)
+    sys.exit(recorder.main())
