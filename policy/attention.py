@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from arm_act.policy.dropout import dropout, dropout_impl
+
 
 # Masks --------------------------------------------------------------------------------------
 def key_padding_mask(valid: torch.Tensor) -> torch.Tensor:
@@ -98,7 +100,7 @@ def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)  # (B, H, L, S), rows sum to 1
-    mixed = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    mixed = dropout(weights, dropout_p) if dropout_p > 0 else weights
     return mixed @ v, weights  # (B, H, L, Ev)
 
 
@@ -146,6 +148,10 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if explicit:
             out, weights = attention_explicit(q, k, v, mask, dropout_p)  # (B, H, L, E)
+        elif dropout_p > 0 and q.device.type == "cpu" and dropout_impl() == "fast":
+            # Training on CPU: the fused kernel has no dropout there (torch falls back to its
+            # unfused math path), so the explicit path with the cheaper mask (policy/dropout.py).
+            out, _ = attention_explicit(q, k, v, mask, dropout_p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
             if need_weights:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from arm_act.policy.attention import MultiHeadAttention, RotaryEmbedding
+from arm_act.policy.dropout import Dropout
 
 
 class MLP(nn.Module):
@@ -22,7 +23,7 @@ class MLP(nn.Module):
         self.fc1 = nn.Linear(width, ratio * width)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(ratio * width, width)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.drop(self.act(self.fc1(x))))  # (B, n, D)
@@ -34,7 +35,7 @@ class _Residual(nn.Module):
     def __init__(self, width: int, dropout: float, pre_ln: bool):
         super().__init__()
         self.norm = nn.LayerNorm(width)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.pre_ln = pre_ln
 
     def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:

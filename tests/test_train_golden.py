@@ -19,12 +19,18 @@ from synthetic_bags import write_demo_bag
 from test_train import FAST, TINY, TINY_FLAGS, episodes
 
 from arm_act.cli import main as cli
+from arm_act.policy import dropout
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.train import TrainConfig, train
 
-# From commit c14fd06 (before `--device`, DDP and memory-mapped caches).
+# From commit c14fd06 (before `--device`, DDP and memory-mapped caches), with torch's own
+# dropout (policy/dropout.py IMPL = "torch"): everything else is still bit for bit the same.
 GOLDEN_IN_MEMORY = "01b33cc8a470bdd041a0e16430199d4b4a8a1ab7021ea2123f1345d61b69363a"
 GOLDEN_CLI = "f00e12c3a4a59b84fcf27200c33607862fe079576dee2a75e24cde86dee4ee97"
+# The default since issue 15: dropout masks from a quarter of the random draws (policy/dropout.py;
+# other masks, the same loss curve within noise: benchmarks/results/train_speed.json).
+GOLDEN_IN_MEMORY_FAST = "573f2bce94854ebe54ec3b6b84d09c9db8a6d166b2a974689c8b5c126ee22ba2"
+GOLDEN_CLI_FAST = "af7c8b0f52a597d6061796a026dd7c1618a1ca5597a1113414b73fca4d74872b"
 
 
 def weights_hash(directory: Path) -> str:
@@ -43,15 +49,21 @@ def _check(name: str, got: str, golden: str) -> None:
 
 
 @pytest.mark.unit
-def test_cpu_training_gives_the_golden_weights(tmp_path):
+@pytest.mark.parametrize("impl", ["torch", "fast"])
+def test_cpu_training_gives_the_golden_weights(tmp_path, monkeypatch, impl):
     # CVAE + target head + augmentation + dropout: every source of randomness is drawn.
+    monkeypatch.setattr(dropout, "IMPL", impl)
     cfg = PolicyConfig(**TINY, use_cvae=True, target_weight=1.0)
     train(episodes(), cfg, TrainConfig(steps=6, **FAST), tmp_path / "ckpt", progress=False)
-    _check("GOLDEN_IN_MEMORY", weights_hash(tmp_path / "ckpt"), GOLDEN_IN_MEMORY)
+    name = "GOLDEN_IN_MEMORY" + ("_FAST" if impl == "fast" else "")
+    _check(name, weights_hash(tmp_path / "ckpt"), globals()[name])
 
 
 @pytest.mark.e2e
-def test_arm_act_train_on_bags_gives_the_golden_weights(tmp_path):
+@pytest.mark.parametrize("impl", ["torch", "fast"])
+def test_arm_act_train_on_bags_gives_the_golden_weights(tmp_path, monkeypatch, impl):
+    monkeypatch.setattr(dropout, "IMPL", impl)
+    name = "GOLDEN_CLI" + ("_FAST" if impl == "fast" else "")
     # Through the real command: bags -> decoded cache -> training; the second run reads
     # the cache it wrote and must train the same weights.
     for i in range(3):
@@ -60,4 +72,4 @@ def test_arm_act_train_on_bags_gives_the_golden_weights(tmp_path):
         out = tmp_path / f"out{attempt}"
         assert cli.main(["train", "--data", str(tmp_path / "data"), "--out", str(out),
                          "--config", *TINY_FLAGS, "--steps", "4", "--seed", "1"]) == 0
-        _check("GOLDEN_CLI", weights_hash(out), GOLDEN_CLI)
+        _check(name, weights_hash(out), globals()[name])
