@@ -19,12 +19,20 @@ received both images of s to the first arm command the probe receives after the 
 stamped s arrived. It includes transport both ways, waiting for the inference worker,
 inference, and the wait for the next control tick (up to one period); the probe's own
 callback latency adds to both ends alike.
+
+CPU: utime + stime (/proc/<pid>/stat, and per thread /proc/<pid>/task/<tid>/stat) of each
+node process and of the probe over the measuring window, divided by the sim seconds that
+window covered (ros_cpu_s_per_sim_s, ros_cpu_threads_s_per_sim_s: "main" is the executor
+thread). camera_pairs / camera_pairs_inferred: the complete pairs in the window and those a
+chunk came back for (with cameras at the control rate: inference on every pair or not).
 """
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -41,7 +49,8 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_sim_p50_ms", "control_period_sim_p99_ms", "missed_ticks_sim",
             "control_periods", "obs_to_command_ms_p50", "obs_to_command_ms_p99",
             "obs_to_command_pairs", "ros_seconds", "ros_rtf", "ros_camera_rate_hz",
-            "ros_backend", "ros_node_inference_ms_p50")
+            "ros_backend", "ros_node_inference_ms_p50", "ros_sim_seconds", "ros_cpu_s_per_sim_s",
+            "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred")
 
 
 def _key(stamp_ns: int) -> int:
@@ -126,6 +135,66 @@ class _Probe:
                     self.inference_ms.append((now, ms))
 
 
+def _clock_ticks() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):
+        return 100.0
+
+
+def _stat_cpu_s(path: str) -> float | None:
+    """utime + stime (s) from a /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat file."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+
+
+def _thread_names(pid: int) -> dict[str, str]:
+    names = {}
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                comm = (task / "comm").read_text().strip()
+                names[task.name] = "main" if task.name == str(pid) else comm
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return names
+
+
+def cpu_snapshot(pids: dict[str, int]) -> dict[str, Any]:
+    """CPU seconds so far of each named process and of each of its threads (by thread name)."""
+    procs, threads = {}, {}
+    for name, pid in pids.items():
+        procs[name] = _stat_cpu_s(f"/proc/{pid}/stat")
+        per = {}
+        for tid, comm in _thread_names(pid).items():
+            cpu = _stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
+            if cpu is not None:
+                per[f"{comm}[{tid}]"] = cpu
+        threads[name] = per
+    return {"procs": procs, "threads": threads}
+
+
+def cpu_per_sim_second(before: dict, after: dict, sim_seconds: float | None) -> tuple[dict, dict]:
+    """CPU s per sim s of each process, and of each thread that used >= 1 % of a core."""
+    if not sim_seconds:
+        return {}, {}
+    procs = {name: (after["procs"][name] - before["procs"][name]) / sim_seconds
+             for name in after["procs"]
+             if after["procs"].get(name) is not None and before["procs"].get(name) is not None}
+    threads = {}
+    for name, per in after["threads"].items():
+        old = before["threads"].get(name, {})
+        rows = {tid: (cpu - old.get(tid, 0.0)) / sim_seconds for tid, cpu in per.items()}
+        threads[name] = {k: round(v, 4) for k, v in sorted(rows.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+    return {k: round(v, 4) for k, v in procs.items()}, threads
+
+
 def _missed(periods_ms: np.ndarray, nominal_ms: float) -> int:
     late = periods_ms[periods_ms > 1.5 * nominal_ms]
     return int(sum(max(1, int(round(p / nominal_ms)) - 1) for p in late))
@@ -152,19 +221,25 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
     wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
     command_walls = [c[0] for c in commands]
     latencies = []
+    complete = inferred = 0
     for key, cams in pairs.items():
-        if len(cams) < len(probe.cameras) or key not in chunks:
+        if len(cams) < len(probe.cameras):
             continue
         ready = max(cams.values())
         if not start <= ready <= end:
             continue
+        complete += 1
+        if key not in chunks:
+            continue
+        inferred += 1
         i = bisect.bisect_right(command_walls, chunks[key])
         if i < len(command_walls):
             latencies.append((command_walls[i] - ready) * 1e3)
     window = [(w, s) for w, s in clock if start <= w <= end]
-    rtf = None
+    rtf = sim_seconds = None
     if len(window) >= 2 and window[-1][0] > window[0][0]:
-        rtf = (window[-1][1] - window[0][1]) / 1e9 / (window[-1][0] - window[0][0])
+        sim_seconds = (window[-1][1] - window[0][1]) / 1e9
+        rtf = sim_seconds / (window[-1][0] - window[0][0])
     return {
         "control_period_p50_ms": _pct(sim_arr, 50), "control_period_p99_ms": _pct(sim_arr, 99),
         "missed_ticks": _missed(sim_arr, nominal),
@@ -177,7 +252,8 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "control_periods": len(wall),
         "obs_to_command_ms_p50": _pct(latencies, 50), "obs_to_command_ms_p99": _pct(latencies, 99),
         "obs_to_command_pairs": len(latencies),
-        "ros_seconds": end - start, "ros_rtf": rtf,
+        "camera_pairs": complete, "camera_pairs_inferred": inferred,
+        "ros_seconds": end - start, "ros_rtf": rtf, "ros_sim_seconds": sim_seconds,
         "ros_node_inference_ms_p50": _pct(inference, 50),
     }
 
@@ -217,6 +293,9 @@ class _InProcess:
 
     def tail(self, name: str, lines: int = 5) -> str:
         return "(in process: see the log above)"
+
+    def pids(self) -> dict[str, int]:
+        return {"nodes_and_probe": os.getpid()}
 
     def stop(self) -> None:
         import rclpy
@@ -260,6 +339,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     executor = SingleThreadedExecutor(context=context)
     probe = None
     spinner = None
+    switch_interval = None
     try:
         probe = _Probe(context, cameras)
         executor.add_node(probe.node)
@@ -287,11 +367,31 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             time.sleep(0.05)
         start = probe.commands[0][0] + WARMUP_S
         end = start + seconds
+        # The probe's own stalls would read as late commands: this process holds torch and the
+        # policy, and a full garbage collection of its heap takes 80-250 ms here; the nodes'
+        # processes get the same treatment (arm_act/common/realtime.py).
+        gc.collect()
+        gc.freeze()
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)
+        pids = (children.pids() if arrangement == "single"
+                else {name: proc.pid for name, proc in children.procs})
+        if arrangement != "single":
+            pids["probe"] = os.getpid()
+        cpu_before = None
         while time.monotonic() < end:
             children.check()
+            if cpu_before is None and time.monotonic() >= start:
+                cpu_before = cpu_snapshot(pids)
             time.sleep(0.05)
+        cpu_after = cpu_snapshot(pids)
         result = analyse(probe, start, end)
+        result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
+            cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
     finally:
+        if switch_interval is not None:
+            sys.setswitchinterval(switch_interval)
+            gc.unfreeze()
         children.stop()
         executor.shutdown(timeout_sec=2.0)
         if spinner is not None:

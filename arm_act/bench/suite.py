@@ -276,11 +276,23 @@ def measure_loop(policy: BenchPolicy, threads: int, backend: str, trials: Trials
 
 def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int, quick: bool,
               backend: str = "auto", ros: bool = True, domain_id: int | None = None,
-              progress: Callable[[str], None] | None = None, arrangement: str = "processes") -> dict[str, Any]:
-    """Every measurement, as one flat JSON-ready dict (see benchmarks/README.md)."""
+              progress: Callable[[str], None] | None = None, arrangement: str = "processes",
+              ros_seconds: float | None = None, camera_rate: int | None = None,
+              ros_only: bool = False) -> dict[str, Any]:
+    """Every measurement, as one flat JSON-ready dict (see benchmarks/README.md).
+    ros_seconds / camera_rate: the DDS run's length (default the trials') and camera rate
+    (default sim.yaml's). ros_only: only the DDS run (the other fields are null); backend
+    "auto" then means onnx when it exports and verifies, else torch."""
+    if ros_only:
+        return run_ros_only(checkpoint=checkpoint, default_checkpoint=default_checkpoint, threads=threads,
+                            backend=backend, domain_id=domain_id, progress=progress, arrangement=arrangement,
+                            seconds=ros_seconds if ros_seconds is not None else FULL.ros_seconds,
+                            camera_rate=camera_rate, quick=quick)
     from arm_act.policy.budget import measure_matmul_gflops
 
     trials = QUICK if quick else FULL
+    if ros_seconds is not None:
+        trials = dataclasses.replace(trials, ros_seconds=ros_seconds)
     say = progress or (lambda message: None)
     torch.set_num_threads(threads)
     report: dict[str, Any] = {"quick": quick, "machine": machine_info(threads)}
@@ -315,6 +327,35 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
             say(f"policy node over DDS ({trials.ros_seconds:.0f} s)")
             report.update(measure_control_over_dds(policy.checkpoint, backend=chosen, threads=threads,
                                                    seconds=trials.ros_seconds, domain_id=domain_id,
-                                                   logs=scratch, arrangement=arrangement))
+                                                   logs=scratch, arrangement=arrangement,
+                                                   camera_rate=camera_rate))
+    report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
+    return report
+
+
+def run_ros_only(*, checkpoint: Path | None, default_checkpoint: Path, threads: int, backend: str,
+                 domain_id: int | None, progress: Callable[[str], None] | None, arrangement: str,
+                 seconds: float, camera_rate: int | None, quick: bool = False) -> dict[str, Any]:
+    """Only the policy node over DDS (arm_act/bench/over_dds.py), as one flat dict."""
+    from arm_act.bench.over_dds import measure_control_over_dds
+
+    say = progress or (lambda message: None)
+    torch.set_num_threads(threads)
+    report: dict[str, Any] = {"quick": quick, "ros_only": True, "machine": machine_info(threads)}
+    with ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="arm_act_bench_")))
+        policy = load_policy(checkpoint, default_checkpoint, scratch)
+        report["policy"] = {"checkpoint": None if policy.random_weights else _shown(policy.checkpoint),
+                            "random_weights": policy.random_weights, "note": policy.note}
+        chosen = backend
+        if backend == "auto":
+            from arm_act.policy.onnx_backend import verified_onnx_policy
+
+            onnx, _ = verified_onnx_policy(policy.model, threads)
+            chosen = "onnx" if onnx is not None else "torch"
+        say(f"policy node over DDS ({seconds:.0f} s, {chosen})")
+        report.update(measure_control_over_dds(policy.checkpoint, backend=chosen, threads=threads,
+                                               seconds=seconds, domain_id=domain_id, logs=scratch,
+                                               arrangement=arrangement, camera_rate=camera_rate))
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     return report

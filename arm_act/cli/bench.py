@@ -48,6 +48,13 @@ def configure(parser) -> None:
     parser.add_argument("--arrangement", choices=("processes", "single"), default="processes",
                         help="DDS run: sim_node and policy_node as child processes (as the demo runs "
                              "them) or composed in this one process")
+    parser.add_argument("--ros-seconds", type=float, default=None,
+                        help="wall seconds of the DDS run after its 1 s warm-up (default 60; --quick 8)")
+    parser.add_argument("--camera-rate", type=int, default=None,
+                        help="DDS run: camera rate in Hz, a divisor of the 50 Hz control rate (default "
+                             "sim.yaml's 10); the policy node infers on every camera pair it can")
+    parser.add_argument("--ros-only", action="store_true",
+                        help="only the DDS run (inference, rendering and loop fields are absent)")
 
 
 def _fmt(value, unit: str = "", digits: int = 2) -> str:
@@ -118,10 +125,17 @@ def run(args) -> int:
         raise CommandError(f"--threads {threads} must be >= 1")
     if args.checkpoint is not None and not args.checkpoint.is_dir():
         raise CommandError(f"--checkpoint {args.checkpoint} is not a directory")
+    if args.ros_seconds is not None and not args.ros_seconds > 0:
+        raise CommandError(f"--ros-seconds {args.ros_seconds} must be > 0")
+    if args.camera_rate is not None and (args.camera_rate < 1 or 50 % args.camera_rate):
+        raise CommandError(f"--camera-rate {args.camera_rate} must divide the control rate 50")
+    if args.ros_only and args.no_ros:
+        raise CommandError("--ros-only and --no-ros exclude each other")
     try:
         report = run_bench(checkpoint=args.checkpoint, default_checkpoint=default_checkpoint(),
                            threads=threads, quick=args.quick, backend=args.backend,
                            ros=not args.no_ros, domain_id=args.domain_id, arrangement=args.arrangement,
+                           ros_seconds=args.ros_seconds, camera_rate=args.camera_rate, ros_only=args.ros_only,
                            progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     except CheckpointError as exc:
         raise CommandError(str(exc)) from None
@@ -133,5 +147,5 @@ def run(args) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
-    print(text if args.json else format_table(report))
+    print(text if args.json or args.ros_only else format_table(report))
     return 0

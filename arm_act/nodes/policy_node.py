@@ -50,6 +50,7 @@ from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from arm_act.common import realtime
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
@@ -84,6 +85,8 @@ def check_live_value(name: str, value) -> str | None:
 
 
 class PolicyNode(ControllerNode, LifecycleNode):
+    realtime_process = True  # its executable gets arm_act/common/realtime.py's settings
+
     def __init__(self, runtime: PolicyRuntime | None = None, **kwargs):
         super().__init__("policy_node", **kwargs)
         declare = self.declare_parameter
@@ -202,6 +205,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self._stop = threading.Event()  # per worker: one that outlived a cleanup stays stopped
         self._worker = threading.Thread(target=self._inference_loop, name="inference", daemon=True)
         self._worker.start()
+        realtime.settle()  # policy_node as an executable: freeze the heap with the model loaded
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:

@@ -31,6 +31,7 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
+from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
 from arm_act.ros import conversions as conv
@@ -40,6 +41,9 @@ from arm_act.sim import ArmEnv, SimConfig
 
 # Wall seconds between "waiting for ..." log lines while the first episode cannot start.
 WAIT_REPORT_S = 3.0
+# Realtime: a loop further behind the wall clock than this (paused, or stalled) continues from
+# now instead of racing to catch up.
+MAX_LAG_S = 0.25
 
 
 def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) -> SimConfig:
@@ -59,6 +63,8 @@ def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) ->
 
 
 class SimNode(Node):
+    realtime_process = True  # its executable gets arm_act/common/realtime.py's settings
+
     def __init__(self, **kwargs):
         super().__init__("sim_node", **kwargs)
         guard_time_source(self)  # with use_sim_time set on it, a stray negative /clock must not stop it
@@ -157,6 +163,10 @@ class SimNode(Node):
         # Images of the next camera tick, rendered before the realtime wait for that tick so
         # its observation (and /clock) goes out on time instead of a render later.
         self._prerendered: tuple[int, dict[str, np.ndarray]] | None = None
+        # Realtime pacing: (wall s, sim s) of one reference kept across episodes and resets,
+        # and the wall time the last env.reset took (the hold before a reset runs that far ahead).
+        self._pace_ref: tuple[float, float] | None = None
+        self._reset_wall_s = 0.0
         self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
         self._thread.start()
 
@@ -246,6 +256,7 @@ class SimNode(Node):
         try:
             self.state = "waiting"
             self._wait_for_peers()
+            realtime.settle()  # sim_node as an executable: freeze the heap before the first episode
             self.state = "running"
             while not self._stop.is_set() and self._start_next_episode():
                 self._run_episode()
@@ -266,7 +277,9 @@ class SimNode(Node):
             self.get_logger().info("all episodes done")
             return False
         self.episode_index += 1
+        started = time.monotonic()
         self.env.reset(seed=spec.seed, n_blocks=spec.n_blocks)
+        self._reset_wall_s = time.monotonic() - started
         self.episode_start = self.sim_time
         reset_pose = self.env.joint_state().position
         self._held_target = np.concatenate([reset_pose[:7], reset_pose[7:8]])
@@ -299,7 +312,6 @@ class SimNode(Node):
         tick's command, apply the newest valid command, step; joint states in between."""
         step = 0
         self._prerendered = None
-        wall_start, sim_start = time.monotonic(), self.sim_time
         while not self._stop.is_set():
             if step % self.steps_per_command == 0:
                 self._publish_observation(step)
@@ -335,9 +347,25 @@ class SimNode(Node):
                     # picture the tick would render; rendering it inside the slack keeps the
                     # tick's publication on the wall-clock schedule (docs/architecture.md, "Threading").
                     self._prerendered = (step, self.env.render())
-                ahead = (self.sim_time - sim_start) / self.real_time_factor - (time.monotonic() - wall_start)
-                if ahead > 0:
-                    self._stop.wait(ahead)
+                self._pace()
+
+    def _pace(self, lead: float = 0.0) -> None:
+        """Realtime: wait until the wall clock reaches sim_time (less `lead` s) on one reference
+        for the whole run, so the time episode resets take is made up (in the hold before
+        them) rather than lost: the real-time factor stays 1 across episodes. Further behind
+        than MAX_LAG_S, the reference moves to now."""
+        if self.mode != "realtime" or self.real_time_factor <= 0:
+            return
+        now = time.monotonic()
+        if self._pace_ref is None:
+            self._pace_ref = (now, self.sim_time)
+            return
+        wall0, sim0 = self._pace_ref
+        ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead
+        if ahead > 0:
+            self._stop.wait(ahead)
+        elif ahead < -MAX_LAG_S:
+            self._pace_ref = (now, self.sim_time)
 
     def _apply_latest_command(self) -> None:
         with self._lock:
@@ -435,8 +463,7 @@ class SimNode(Node):
             self.env.step()
             self.sim_time += 1.0 / self.step_rate
             self._publish_joint_state()
-            if self.real_time_factor > 0:
-                self._stop.wait(1.0 / self.step_rate / self.real_time_factor)
+            self._pace(lead=min(self._reset_wall_s, seconds))
 
     def destroy_node(self):
         self._stop.set()

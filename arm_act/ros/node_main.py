@@ -139,6 +139,10 @@ def ignore_stop_signals() -> None:
 
 def spin_node(node_class, args=None, use_sim_time: bool = True, signals: StopSignals | None = None) -> None:
     """The console-script main: run_node, then exit with its status."""
+    if getattr(node_class, "realtime_process", False):  # sim_node, policy_node: the live loop
+        from arm_act.common import realtime
+
+        realtime.enable()
     status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False, signals=signals)
     ignore_stop_signals()
     # Everything is closed and joined by now (the node is destroyed, rclpy shut down). Skip the

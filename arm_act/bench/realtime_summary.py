@@ -1,0 +1,61 @@
+"""One line per figure of an `arm-act bench --ros-only` JSON, with issue 15's targets.
+
+    python -m arm_act.bench.realtime_summary benchmarks/results/realtime_10hz.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# camera rate -> (the figure, the target, how it compares)
+TARGETS = {
+    10: [("missed_ticks_sim", 0, "=="), ("missed_ticks_wall", 0, "=="),
+         ("control_period_wall_p99_ms", 22.0, "<="), ("obs_to_command_ms_p99", 25.0, "<=")],
+    50: [("missed_ticks_sim", 0, "=="), ("missed_ticks_wall", 0, "=="),
+         ("control_period_wall_p99_ms", 24.0, "<="), ("ros_rtf", 1.0, ">=~")],
+}
+
+
+def _meets(value, target, how: str) -> bool:
+    if value is None:
+        return False
+    if how == "==":
+        return value == target
+    if how == "<=":
+        return value <= target
+    return value >= target - 0.005  # ">=~": RTF from /clock samples, 10 ms steps
+
+
+def summarize(report: dict) -> list[str]:
+    r = report
+    lines = [
+        f"{r.get('label')}: {r['ros_seconds']:.0f} s wall, {r.get('ros_sim_seconds') or 0:.1f} s sim, "
+        f"RTF {r['ros_rtf']:.3f}, cameras {r['ros_camera_rate_hz']} Hz, backend {r['ros_backend']}, "
+        f"load {r['machine']['load_average_1m_start']:.2f} -> {r['machine'].get('load_average_1m_end', 0):.2f}",
+        f"  period sim  p50 {r['control_period_sim_p50_ms']:.2f} ms p99 {r['control_period_sim_p99_ms']:.2f} ms, "
+        f"missed {r['missed_ticks_sim']}",
+        f"  period wall p50 {r['control_period_wall_p50_ms']:.2f} ms p99 {r['control_period_wall_p99_ms']:.2f} ms, "
+        f"missed {r['missed_ticks_wall']} ({r['control_periods']} periods)",
+        f"  camera pair -> first command p50 {r['obs_to_command_ms_p50']:.2f} ms p99 "
+        f"{r['obs_to_command_ms_p99']:.2f} ms; pairs {r.get('camera_pairs')}, inferred "
+        f"{r.get('camera_pairs_inferred')}; node inference p50 {r.get('ros_node_inference_ms_p50')} ms",
+        f"  CPU s per sim s: {r.get('ros_cpu_s_per_sim_s')}",
+    ]
+    for proc, threads in (r.get("ros_cpu_threads_s_per_sim_s") or {}).items():
+        top = ", ".join(f"{k} {v:.3f}" for k, v in list(threads.items())[:4])
+        lines.append(f"    {proc}: {top}")
+    for key, target, how in TARGETS.get(r["ros_camera_rate_hz"], []):
+        ok = _meets(r.get(key), target, how)
+        lines.append(f"  target {key} {how.rstrip('~')} {target}: {r.get(key)} -> {'met' if ok else 'NOT met'}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    for path in argv if argv is not None else sys.argv[1:]:
+        print("\n".join(summarize(json.loads(Path(path).read_text()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

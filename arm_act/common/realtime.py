@@ -1,0 +1,41 @@
+"""Process settings for the nodes on the live loop (sim_node, policy_node as executables).
+
+- The GIL switch interval: 0.5 ms instead of Python's 5 ms. A thread woken for a deadline (the
+  sim loop at its tick; the executor thread of policy_node for /clock and the joint state)
+  waits for the GIL until the running thread lets go, up to a whole switch interval when that
+  thread is in Python code (the inference worker's pre- and post-processing, the executor's
+  callbacks): 5 ms of a 20 ms control period.
+- The heap, frozen once the node is ready (gc.freeze after a last full collection): a full
+  (generation 2) collection walks every object of the process, and with torch, onnxruntime,
+  PyBullet and rclpy loaded that is ~200 000 objects and 80-250 ms (measured here), several
+  control ticks in one stall; frozen objects are never walked again, so later collections see
+  only what the loop itself allocates.
+
+arm_act.ros.node_main.spin_node (the executables' main, as launch and `ros2 run` start them)
+calls enable() for a node class with `realtime_process = True`; tests construct nodes in the
+pytest process, which stays as it is: settle() does nothing where enable() was not called.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+
+SWITCH_INTERVAL_S = 0.0005
+_enabled = False
+_settled = False
+
+
+def enable() -> None:
+    global _enabled
+    _enabled = True
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def settle() -> None:
+    """Freeze the heap as it is (once per process, only after enable())."""
+    global _settled
+    if not _enabled or _settled:
+        return
+    _settled = True
+    gc.collect()
+    gc.freeze()
