@@ -377,6 +377,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
     # ------------------------------------------------------------ inference thread
     def _inference_loop(self) -> None:
+        realtime.name_os_thread("inference")
         runtime, stop = self.runtime, self._stop
         while not stop.is_set():
             try:

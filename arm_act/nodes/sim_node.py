@@ -253,6 +253,7 @@ class SimNode(Node):
             self._stop.wait(0.05)
 
     def _run(self) -> None:
+        realtime.name_os_thread("sim_loop")
         try:
             self.state = "waiting"
             self._wait_for_peers()
