@@ -36,7 +36,7 @@ FORBIDDEN_PHRASES = ("the " + "contract", "the " + "lesson")
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".txt", ".xml", ".ini", ""}
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-BACKTICK = re.compile(r"`([^`\n]+)`")
+BACKTICK = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^\s*(```|~~~)")
 MODULE = re.compile(r"^arm_act(\.[A-Za-z_]\w*)+$")
 PATH_EXTENSIONS = {".md", ".py", ".sh", ".json", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".png", ".xml",
@@ -146,34 +146,39 @@ def heading_anchors(md: Path) -> set[str]:
 
 def broken_references(md: Path, root: Path = ROOT) -> list[str]:
     """What in one markdown file points at a path or module that does not exist."""
+    name = md.relative_to(root).as_posix() if md.is_relative_to(root) else md.name
     bases = [md.parent, root]
     top_level = {p.name for base in bases for p in base.iterdir() if p.name not in SKIP_DIRS}
     problems = []
-    in_fence = False
-    for number, line in enumerate(md.read_text(encoding="utf-8").splitlines(), 1):
-        if FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
+    # Fenced code blocks are commands and output, not references: blank them out (keeping
+    # the line count), then read inline code spans over the whole text, since a span may
+    # continue on the next line.
+    lines, in_fence = [], False
+    for line in md.read_text(encoding="utf-8").splitlines():
+        fence = bool(FENCE.match(line))
+        in_fence ^= fence
+        lines.append("" if fence or in_fence else line)
+    text = "\n".join(lines)
+    for span in BACKTICK.finditer(text):
+        number = text.count("\n", 0, span.start()) + 1
+        token = " ".join(span.group(1).split())
+        if MODULE.match(token):
+            problem = _module_problem(token, root)
+            if problem:
+                problems.append(f"{name}:{number}: `{token}`: {problem}")
+        elif _looks_like_repo_path(token, top_level):
+            if not all(_exists(option, bases) for option in _expand_braces(token)):
+                problems.append(f"{name}:{number}: `{token}` does not exist")
+    for number, line in enumerate(lines, 1):
         for target in LINK.findall(line):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
                 continue  # a URL, or an anchor on this page
             path, _, anchor = target.partition("#")
             if path and not _exists(path, [md.parent]):
-                problems.append(f"{md.name}:{number}: link to {target} (no such path)")
+                problems.append(f"{name}:{number}: link to {target} (no such path)")
             elif anchor and path.endswith(".md") and anchor not in heading_anchors(md.parent / path):
-                problems.append(f"{md.name}:{number}: link to {target} (no such heading)")
-        for token in BACKTICK.findall(line):
-            token = token.strip()
-            if MODULE.match(token):
-                problem = _module_problem(token, root)
-                if problem:
-                    problems.append(f"{md.name}:{number}: `{token}`: {problem}")
-            elif _looks_like_repo_path(token, top_level):
-                if not all(_exists(option, bases) for option in _expand_braces(token)):
-                    problems.append(f"{md.name}:{number}: `{token}` does not exist")
-    return problems
+                problems.append(f"{name}:{number}: link to {target} (no such heading)")
+    return sorted(problems, key=lambda p: int(p.split(":")[1]))
 
 
 def test_no_file_cites_notes_outside_the_repository():
@@ -209,13 +214,17 @@ def test_the_checks_find_what_they_must_and_nothing_else(tmp_path):
         "cat docs/missing_in_a_code_block.md `docs/also_missing.md`",
         "```",
         "[broken](docs/missing.md) `benchmarks/gone.py` `arm_act.bench.nothing` `arm_act.bench.suite.absent`",
-        "[no such heading](docs/a.md#usage)",
+        "[no such heading](docs/a.md#usage) and a span that `starts here",
+        "and ends` before `benchmarks/split_over_lines.json`",
     ]))
     problems = broken_references(md, root)
-    assert len(problems) == 5, problems
-    assert "docs/missing.md" in problems[0] and "benchmarks/gone.py" in problems[1]
-    assert "`arm_act.bench.nothing`" in problems[2] and "absent is not defined" in problems[3]
-    assert "no such heading" in problems[4]
+    assert len(problems) == 6, problems
+    expected = ["README.md:7: link to docs/missing.md (no such path)", "README.md:7: `benchmarks/gone.py`",
+                "README.md:7: `arm_act.bench.nothing`", "absent is not defined in arm_act/bench/suite.py",
+                "README.md:8: link to docs/a.md#usage (no such heading)",
+                "README.md:9: `benchmarks/split_over_lines.json` does not exist"]
+    for text in expected:
+        assert sum(text in problem for problem in problems) == 1, (text, problems)
 
     cited = root / "notes.py"
     cited.write_text("# see " + "ARCHITECTURE" + ".md\nx = 1  # as " + "the " + "Lesson says\n")
