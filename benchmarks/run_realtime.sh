@@ -4,6 +4,8 @@
 #      -> benchmarks/results/realtime_10hz.json
 #   2. the same for INFER_SECONDS (default 60) with 50 Hz cameras: a camera pair, and an
 #      inference, on every control tick -> benchmarks/results/realtime_50hz.json
+#   then (COMPARE_SECONDS, default 60; 0 skips it) the 10 Hz run without the GIL/heap process
+#      settings of arm_act/common/realtime.py -> benchmarks/results/realtime_10hz_untuned.json
 #   3. training throughput, the shipped recipe before and after, same batch, interleaved on a
 #      real dataset of 20 expert episodes (collected into a temporary directory)
 #      -> benchmarks/results/train_speed.json
@@ -12,8 +14,8 @@
 # missed ticks on both clocks, camera pair -> first command from it (p50/p99), the
 # real-time factor, and CPU seconds per sim second of each process and of its busiest threads.
 #
-#   benchmarks/run_realtime.sh                               # ~10 + 1 + ~6 minutes
-#   ROS_SECONDS=10 INFER_SECONDS=10 TRAIN_STEPS=20 benchmarks/run_realtime.sh   # a smoke test
+#   benchmarks/run_realtime.sh                               # ~10 + 1 + 1 + ~9 minutes
+#   ROS_SECONDS=10 INFER_SECONDS=10 COMPARE_SECONDS=10 TRAIN_STEPS=20 TRAIN_EPISODES=6 benchmarks/run_realtime.sh  # smoke
 # Extra arguments go to both `arm-act bench` runs (e.g. --backend torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,13 @@ echo "== 2/3: ${INFER_SECONDS} s, cameras 50 Hz (inference on every camera pair)
 "$PY" -m arm_act.cli bench --ros-only --ros-seconds "$INFER_SECONDS" --camera-rate 50 --backend "$BACKEND" \
     --label "realtime_50hz" --out "$OUT/realtime_50hz.json" "$@" > /dev/null
 "$PY" -m arm_act.bench.realtime_summary "$OUT/realtime_50hz.json"
+if [ "${COMPARE_SECONDS:-60}" != 0 ]; then
+    echo "== side by side: ${COMPARE_SECONDS:-60} s, cameras 10 Hz, without the process settings (ARM_ACT_REALTIME_TUNING=0)"
+    ARM_ACT_REALTIME_TUNING=0 "$PY" -m arm_act.cli bench --ros-only --ros-seconds "${COMPARE_SECONDS:-60}" \
+        --camera-rate 10 --backend "$BACKEND" --label "realtime_10hz_untuned" \
+        --out "$OUT/realtime_10hz_untuned.json" "$@" > /dev/null
+    "$PY" -m arm_act.bench.realtime_summary "$OUT/realtime_10hz_untuned.json"
+fi
 echo "== 3/3: training throughput (${TRAIN_STEPS} steps per variant, ${TRAIN_EPISODES} episodes)"
 DATA=$(mktemp -d /tmp/arm_act_train_speed_XXXXXX)
 trap 'rm -rf "$DATA"' EXIT

@@ -18,6 +18,7 @@ pytest process, which stays as it is: settle() does nothing where enable() was n
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 SWITCH_INTERVAL_S = 0.0005
@@ -26,7 +27,11 @@ _settled = False
 
 
 def enable() -> None:
+    """Apply the settings to this process (ARM_ACT_REALTIME_TUNING=0 in the environment: do
+    nothing, for side-by-side benchmarks: benchmarks/run_realtime.sh)."""
     global _enabled
+    if os.environ.get("ARM_ACT_REALTIME_TUNING", "1") == "0":
+        return
     _enabled = True
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
