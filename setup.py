@@ -36,11 +36,11 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            # (arm_act.ros.node_main: our signal handlers before the node's heavy imports)
-            "sim_node = arm_act.ros.node_main:sim_node",
-            "expert_node = arm_act.ros.node_main:expert_node",
-            "policy_node = arm_act.ros.node_main:policy_node",
-            "bag_recorder = arm_act.ros.node_main:bag_recorder",
+            # (arm_act.nodes.executables: our signal handlers before the node's heavy imports)
+            "sim_node = arm_act.nodes.executables:sim_node",
+            "expert_node = arm_act.nodes.executables:expert_node",
+            "policy_node = arm_act.nodes.executables:policy_node",
+            "bag_recorder = arm_act.nodes.executables:bag_recorder",
             "arm-act = arm_act.cli.main:main",
         ],
     },

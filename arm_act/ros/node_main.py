@@ -26,7 +26,6 @@ much per callback that beside a 100 Hz /clock and joint_states the policy node m
 """
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -152,41 +151,3 @@ def spin_node(node_class, args=None, use_sim_time: bool = True, signals: StopSig
     sys.stderr.flush()
     os._exit(status)
 
-
-# ---------------------------------------------------------------- console scripts
-# The executables (setup.py console_scripts) start here, in this light module: the stop
-# signals are ours before the node's module is imported (torch takes seconds), so a Ctrl-C
-# during start-up ends the process with 0 and no KeyboardInterrupt traceback.
-EXECUTABLES = {  # name -> (module, node class, sim time by default)
-    "sim_node": ("arm_act.nodes.sim_node", "SimNode", False),
-    "policy_node": ("arm_act.nodes.policy_node", "PolicyNode", True),
-    "expert_node": ("arm_act.nodes.expert_node", "ExpertNode", True),
-}
-
-
-def _console_script(name: str):
-    def main() -> None:
-        signals = StopSignals().install()
-        module, class_name, sim_time = EXECUTABLES[name]
-        node_class = getattr(importlib.import_module(module), class_name)
-        spin_node(node_class, use_sim_time=sim_time, signals=signals)
-
-    main.__name__ = main.__qualname__ = name
-    main.__doc__ = f"`ros2 run arm_act {name}`"
-    return main
-
-
-sim_node = _console_script("sim_node")
-policy_node = _console_script("policy_node")
-expert_node = _console_script("expert_node")
-
-
-def bag_recorder() -> None:
-    """`ros2 run arm_act bag_recorder` (it has its own main: its bag closes in its loop)."""
-    signals = StopSignals().install()
-    from arm_act.nodes import bag_recorder as recorder
-
-    if signals.event.is_set():  # stopped while importing: nothing was recorded, nothing to close
-        ignore_stop_signals()
-        os._exit(0)
-    sys.exit(recorder.main())
