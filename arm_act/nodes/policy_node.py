@@ -221,7 +221,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             self.lifecycle_state = self.state = "inactive"
             # The measured pose, as ros2_control holds on deactivation. (The last command would be
             # up to 0.7 rad ahead of a fast-moving arm, measured; the measured pose costs a settle
-            # of the position controller's tracking error under gravity, 0.07-0.1 rad at joint 2.)
+            # of the position controller's tracking error under gravity, 0.07-0.25 rad at joint 2.)
             q = self.joint_positions
             self.hold_pose = None if q is None else (q[:7].copy(), float(q[7]))
             self.last_command = self.hold_pose
