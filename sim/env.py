@@ -149,7 +149,9 @@ class ArmEnv:
         self._backend.step(self.config.physics_substeps)
         self.tick += 1
         if self._drawn is not None and self._drawn.kind == "push" and "push_tick" not in self._perturb_log:
-            self._maybe_push()
+            every = max(1, round(self.config.control_rate_hz / self.perturbation.check_rate_hz))
+            if self.tick % every == 0:
+                self._maybe_push()
 
     # --- perturbations (sim.perturb) ---------------------------------------------------
     def _place_distractors(self, drawn: perturb.EpisodePerturbation) -> None:

@@ -69,8 +69,14 @@ class Push:
     margin: float = 0.03
     clearance: float = 0.07
     finger_clearance: float = 0.06
+    check_rate_hz: int = 50
+    """How often the trigger is checked: at this rate whatever the env's step rate (sim_node
+    steps at its joint-state rate), so a push happens at the same sim time in process and
+    over ROS."""
 
     def __post_init__(self) -> None:
+        if self.check_rate_hz < 1:
+            raise ValueError(f"Push: check_rate_hz={self.check_rate_hz} must be >= 1")
         _check_range("Push", "distance", self.distance, 0.0, 0.2)
         _check_range("Push", "trigger_distance", self.trigger_distance, 0.0, 0.5)
         for label in ("margin", "clearance", "finger_clearance"):

@@ -26,8 +26,6 @@ from arm_act.sim.perturb import (
 from arm_act.sim.robot import HOME
 from arm_act.sim.rollout import Command, ExpertAgent, run_episode
 
-pytestmark = pytest.mark.unit
-
 SEED = 400003
 CHECKPOINT = "checkpoints/default"
 
@@ -36,6 +34,7 @@ def _layout(env: ArmEnv) -> list[tuple[str, list[float]]]:
     return [(o.name, np.round(o.position, 9).tolist()) for o in env.objects()]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", [
     lambda: Push(distance=(0.06, 0.03)), lambda: Push(trigger_distance=(-0.1, 0.1)),
     lambda: Lighting(ambient=(0.2, 1.5)), lambda: CameraJitter(max_angle_deg=45.0),
@@ -48,6 +47,7 @@ def test_invalid_perturbations_are_refused(bad):
         bad()
 
 
+@pytest.mark.unit
 def test_unknown_name_and_frozen_configs():
     with pytest.raises(ValueError, match="must be one of"):
         perturbation("rain")
@@ -56,6 +56,7 @@ def test_unknown_name_and_frozen_configs():
     assert set(ROBUSTNESS) == {"push", "lighting", "camera", "distractors", "size", "crowded"}
 
 
+@pytest.mark.unit
 def test_draws_depend_on_the_seed_only():
     region = (0.33, 0.63, -0.09, 0.25)
     for name in ROBUSTNESS:
@@ -64,6 +65,7 @@ def test_draws_depend_on_the_seed_only():
         assert sample_episode(p, SEED, region) != sample_episode(p, SEED + 1, region), name
 
 
+@pytest.mark.unit
 def test_rendering_perturbations_keep_the_layout_and_change_the_image():
     plain = ArmEnv()
     try:
@@ -87,6 +89,7 @@ def test_rendering_perturbations_keep_the_layout_and_change_the_image():
             env.close()
 
 
+@pytest.mark.unit
 def test_distractors_are_unseen_objects_that_are_not_blocks():
     env = ArmEnv(perturbation=perturbation("distractors"))
     try:
@@ -105,6 +108,7 @@ def test_distractors_are_unseen_objects_that_are_not_blocks():
         env.close()
 
 
+@pytest.mark.unit
 def test_size_scales_every_block_and_the_expert_still_succeeds():
     env = ArmEnv(perturbation=perturbation("size"))
     try:
@@ -119,6 +123,7 @@ def test_size_scales_every_block_and_the_expert_still_succeeds():
         env.close()
 
 
+@pytest.mark.unit
 def test_crowded_world_has_seven_or_eight_blocks_and_one_named_colour():
     env = ArmEnv(perturbation=perturbation("crowded"))
     try:
@@ -137,6 +142,7 @@ def test_crowded_world_has_seven_or_eight_blocks_and_one_named_colour():
         env.close()
 
 
+@pytest.mark.unit
 def test_push_moves_the_named_block_before_the_grasp_and_the_expert_regrasps():
     env = ArmEnv(perturbation=perturbation("push"))
     try:
@@ -152,6 +158,7 @@ def test_push_moves_the_named_block_before_the_grasp_and_the_expert_regrasps():
         env.close()
 
 
+@pytest.mark.unit
 def test_grasp_tracker_counts_a_grasp_that_closed_on_nothing():
     env = ArmEnv()
     try:
@@ -184,6 +191,7 @@ def test_grasp_tracker_counts_a_grasp_that_closed_on_nothing():
         env.close()
 
 
+@pytest.mark.unit
 def test_summary_counts_regrasps():
     records = [{"success": s, "n_blocks": 2, "status": "success" if s else "timeout", "grasps": g,
                 "first_grasp_missed": m} for s, g, m in
@@ -192,6 +200,7 @@ def test_summary_counts_regrasps():
                                                  "never_grasped": 1}
 
 
+@pytest.mark.unit
 def test_camera_rates_must_divide_the_control_rate():
     assert EvalConfig(camera_rate=25).sim_config().camera_every == 2
     assert EvalConfig(camera_rate=50).sim_config().camera_every == 1
@@ -203,6 +212,7 @@ def test_camera_rates_must_divide_the_control_rate():
         EvalConfig(robustness="rain")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rate", [10, 25, 50])
 def test_policy_sees_one_camera_pair_per_camera_tick(rate):
     config = EvalConfig(policy=CHECKPOINT, camera_rate=rate, time_limit=1.0)
@@ -215,6 +225,7 @@ def test_policy_sees_one_camera_pair_per_camera_tick(rate):
     assert record["status"] == "timeout" and record["camera_pairs"] == rate  # 1 s of sim time
 
 
+@pytest.mark.unit
 def test_cli_robustness_table_for_the_expert(capsys, tmp_path):
     out = tmp_path / "table.json"
     assert cli.main(["eval", "--policy", "expert", "--robustness", "size", "--episodes", "2", "--seed",
@@ -227,3 +238,45 @@ def test_cli_robustness_table_for_the_expert(capsys, tmp_path):
     records = table["summaries"]["size"]["expert"]["results"]
     assert [r["perturbation"]["kind"] for r in records] == ["size", "size"]
     assert cli.main(["eval", "--policy", "expert", "--robustness", "rain", "--episodes", "1"]) == 2
+
+
+@pytest.mark.ros
+def test_sim_node_robustness_parameter_gives_the_in_process_episode(ros_context):
+    """sim_node (lockstep, stepping at its 100 Hz joint-state rate) with robustness=push and
+    expert_node: the same pushed episode as in process (status, sim time), and not the plain one."""
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from arm_act.nodes.expert_node import ExpertNode
+    from arm_act.nodes.sim_node import SimNode
+    from tests.conftest import spin_until
+
+    def params(**values):
+        return [Parameter(k, value=v) for k, v in values.items()] + [Parameter("use_sim_time", value=True)]
+
+    sim = SimNode(context=ros_context, parameter_overrides=params(mode="lockstep", episodes=1, seed=400000,
+                                                                  blocks="5", robustness="push"))
+    expert = ExpertNode(context=ros_context, parameter_overrides=params(mode="lockstep"))
+    executor = SingleThreadedExecutor(context=ros_context)
+    for node in (sim, expert):
+        executor.add_node(node)
+    try:
+        assert spin_until(executor, lambda: len(sim.finished) >= 1, timeout=120)
+        (ros,) = sim.finished
+        pushed = sim.env.perturbation_info()
+    finally:
+        for node in (sim, expert):
+            node.destroy_node()
+        executor.shutdown()
+    outcomes = {}
+    for name in ("push", None):
+        env = ArmEnv(perturbation=perturbation(name) if name else None)
+        try:
+            result = run_episode(env, ExpertAgent(rng=perturbation_rng(400000)), 400000, 5, render=False)
+            outcomes[name] = (result.status, round(result.duration, 6))
+            if name:
+                assert env.perturbation_info()["push_to"] == pushed["push_to"]
+        finally:
+            env.close()
+    assert pushed["pushed"] and outcomes["push"] == (ros.state, round(ros.time, 6))
+    assert outcomes[None] != outcomes["push"]

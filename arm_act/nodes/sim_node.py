@@ -38,6 +38,7 @@ from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 from arm_act.ros.qos import TRANSIENT_LOCAL
 from arm_act.sim import ArmEnv, SimConfig
+from arm_act.sim.perturb import perturbation
 
 # Wall seconds between "waiting for ..." log lines while the first episode cannot start.
 WAIT_REPORT_S = 3.0
@@ -79,6 +80,7 @@ class SimNode(Node):
         self.declare_parameter("reset_pause", 1.0)
         self.declare_parameter("lockstep_timeout", 10.0)
         self.declare_parameter("gui", False)
+        self.declare_parameter("robustness", "")  # a perturbation of arm_act/sim/perturb.py ("" for none)
         self.declare_parameter("episode_time_limit", 20.0)
         # Start the first episode only once a controller publishes commands (so a policy
         # that takes seconds to load does not miss the start of the demo).
@@ -119,7 +121,8 @@ class SimNode(Node):
             seed=int(param("seed")), blocks=parse_blocks(str(param("blocks"))), episodes=int(param("episodes"))
         )
         config = dataclasses.replace(config, episode_time_limit=float(param("episode_time_limit")))
-        self.env = ArmEnv(config, gui=bool(param("gui")))
+        robustness = str(param("robustness"))
+        self.env = ArmEnv(config, gui=bool(param("gui")), perturbation=perturbation(robustness) if robustness else None)
         self.cameras = [c.name for c in config.cameras]
 
         self.clock_pub = self.create_publisher(Clock, "/clock", 10)
