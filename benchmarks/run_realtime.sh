@@ -14,7 +14,7 @@
 # missed ticks on both clocks, camera pair -> first command from it (p50/p99), the
 # real-time factor, and CPU seconds per sim second of each process and of its busiest threads.
 #
-#   benchmarks/run_realtime.sh                               # ~10 + 1 + 1 + ~9 minutes
+#   benchmarks/run_realtime.sh                               # ~26 minutes (10 + 1 + 1 + ~12)
 #   ROS_SECONDS=10 INFER_SECONDS=10 COMPARE_SECONDS=10 TRAIN_STEPS=20 TRAIN_EPISODES=6 benchmarks/run_realtime.sh  # smoke
 # Extra arguments go to both `arm-act bench` runs (e.g. --backend torch).
 set -euo pipefail

@@ -12,7 +12,8 @@ The in-process variants run alternately (A B A B) so a change of machine load af
 samples/s is train() 's own (training time only: no validation, no start-up). The loss
 curves (the training L1 every log_every steps) of before and after, same seed, are compared:
 the masks differ, so they agree within noise, not bit for bit; the report gives the largest
-difference and the spread between the curves' own neighbouring points.
+difference, and for scale the same comparison between `before` and `before` with the next
+seed (curve_before_vs_before_next_seed) and each curve's step-to-step noise.
 *_recipe_training_minutes: the shipped recipe's 20 000 steps at that rate (the target: <= 64).
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ GROUNDING_LAYOUTS = 200  # the shipped recipe renders 12000; the per-sample cost
 RECIPE_STEPS = 12_000 + 5_000 + 3_000
 
 
-def _configs(steps: int, threads: int | None = None):
+def _configs(steps: int, threads: int | None = None, seed: int | None = None):
     from arm_act.common.paths import config_file
     from arm_act.policy.config import PolicyConfig
     from arm_act.policy.train_config import TrainConfig
@@ -44,6 +45,8 @@ def _configs(steps: int, threads: int | None = None):
              "grounding_layouts": GROUNDING_LAYOUTS, "warmup_steps": min(recipe["train"]["warmup_steps"], steps // 2)}
     if threads is not None:
         train["threads"] = threads
+    if seed is not None:
+        train["seed"] = seed
     return PolicyConfig(**recipe["policy"]), TrainConfig(**train), recipe
 
 
@@ -51,11 +54,12 @@ def _history(out: Path) -> list[dict]:
     return json.loads((out / "train_state" / "state.json").read_text())["history"]["train"]
 
 
-def run_in_process(data, impl: str, steps: int, out: Path, threads: int | None = None) -> dict:
+def run_in_process(data, impl: str, steps: int, out: Path, threads: int | None = None,
+                   seed: int | None = None) -> dict:
     from arm_act.policy import dropout
     from arm_act.policy.train import train
 
-    policy_config, train_config, _ = _configs(steps, threads)
+    policy_config, train_config, _ = _configs(steps, threads, seed)
     previous, dropout.IMPL = dropout.IMPL, impl
     try:
         metrics = train(data.demos, policy_config, train_config, out, resume=False, progress=False,
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300, help="steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="A B rounds of the in-process variants")
     parser.add_argument("--no-ddp", action="store_true")
+    parser.add_argument("--no-seed-noise", action="store_true",
+                        help="skip the run of `before` with the next seed (the scale of 'within noise')")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -126,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, impl in (("before", "torch"), ("after", "fast")):
                 print(f"train_speed: {name} round {r + 1}", file=sys.stderr, flush=True)
                 runs[name].append(run_in_process(data, impl, args.steps, scratch / f"{name}{r}"))
+        other_seed = None
+        if not args.no_seed_noise:
+            print("train_speed: before with the next seed", file=sys.stderr, flush=True)
+            other_seed = run_in_process(data, "torch", args.steps, scratch / "before_seed",
+                                        seed=train_config.seed + 1)
         ddp = None
         if not args.no_ddp:
             print("train_speed: after_ddp2", file=sys.stderr, flush=True)
@@ -146,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         "curve_before_repeat": compare_curves(runs["before"][0]["curve"], runs["before"][-1]["curve"]),
         "curves": {"before": runs["before"][0]["curve"], "after": runs["after"][0]["curve"]},
     }
+    if other_seed is not None:  # what "within noise" means: the same code, another seed
+        report["curve_before_vs_before_next_seed"] = compare_curves(runs["before"][0]["curve"], other_seed["curve"])
+        report["curves"]["before_next_seed"] = other_seed["curve"]
     if ddp is not None:
         report.update({"after_ddp2_samples_per_s": ddp["samples_per_s"],
                        "speedup_after_ddp2": ddp["samples_per_s"] / before,
