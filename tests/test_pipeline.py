@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arm_act.pipeline import Pipeline, PipelineConfigError, PipelineError, load
+from arm_act.pipeline import Pipeline, PipelineConfigError, PipelineError, RunOptions, load
 from arm_act.pipeline.config import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +100,15 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     assert (out / "report" / "loss_train_stage1.png").is_file()
     log = (out / "pipeline.log").read_text()
     assert "[3/8] train_stage1: done before, skipped" in log and "interrupted" in log
+
+    # Redo one training through torchrun (--nproc-per-node 1): delete its manifest and output.
+    import shutil
+
+    shutil.rmtree(out / "checkpoints" / "takeover")
+    (out / "stages" / "05_train_takeover.json").unlink()
+    redo = Pipeline(load(recipe), out, RunOptions(device="cpu", nproc_per_node=1, until="train_takeover")).run()
+    assert [s["name"] for s in redo["stages"] if s["status"] == "ran"] == ["train_takeover"]
+    assert json.loads((out / "checkpoints" / "takeover" / "metrics.json").read_text())["steps"] == 2
 
     # A third run does nothing; a changed recipe is refused for the stage it changes.
     again = Pipeline(load(recipe), out).run()
