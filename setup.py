@@ -7,10 +7,9 @@ symbolic links to them. A package_dir mapping would say the same, but `colcon bu
 the links work with pip, wheels and colcon alike."""
 from glob import glob
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 PACKAGE = "arm_act"
-SUBPACKAGES = ("bags", "bench", "cli", "common", "data", "eval", "nodes", "ros", "sim", "policy")
 
 
 def _files(pattern):
@@ -20,12 +19,13 @@ def _files(pattern):
 setup(
     name=PACKAGE,
     version="0.1.0",
-    packages=[PACKAGE] + [f"{PACKAGE}.{sub}" for sub in SUBPACKAGES],
+    # find_packages follows the sim/ and policy/ links, so every layer is found, new ones included.
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", _files("launch/*.launch.py")),
-        (f"share/{PACKAGE}/config", _files("config/*.yaml")),
+        (f"share/{PACKAGE}/config", _files("config/*.yaml") + _files("config/*.json")),
         (f"share/{PACKAGE}/checkpoints/default", _files("checkpoints/default/*")),
     ],
     install_requires=["setuptools"],

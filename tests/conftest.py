@@ -89,3 +89,38 @@ def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
             return True
         time.sleep(step)
     return condition()
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny policy checkpoint (random weights, target head on) for node tests: width 32,
+    1 encoder layer, chunk 10. A test module may define its own to override it."""
+    import numpy as np
+    import torch
+
+    from arm_act.policy.checkpoint import save_checkpoint
+    from arm_act.policy.config import PolicyConfig
+    from arm_act.policy.model import ACTPolicy
+    from arm_act.policy.normalizer import Normalizer
+
+    torch.manual_seed(0)
+    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0, target_weight=1.0)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_checkpoint(path, ACTPolicy(config), Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3)), None)
+    return path
+
+
+def interrupt_loss_at(monkeypatch, call: int) -> None:
+    """Make ACTPolicy.loss raise KeyboardInterrupt on its `call`-th call (Ctrl-C mid-step:
+    the batch is drawn, the weights untouched)."""
+    from arm_act.policy.model import ACTPolicy
+
+    real_loss, calls = ACTPolicy.loss, []
+
+    def interrupted(self, batch, generator=None):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real_loss(self, batch, generator)
+
+    monkeypatch.setattr(ACTPolicy, "loss", interrupted)

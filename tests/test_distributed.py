@@ -30,6 +30,7 @@ from arm_act.policy.device import DeviceError, amp_dtype, resolve_device
 from arm_act.policy.distributed import weights_digest
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, train
+from tests.conftest import interrupt_loss_at
 
 TESTS = Path(__file__).parent
 ARM_ACT = str(Path(sys.executable).with_name("arm-act"))
@@ -83,15 +84,7 @@ def test_prefetched_batches_resume_bit_identically(tmp_path, monkeypatch):
     a, b = weights(tmp_path / "full"), weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
-    real_loss, calls = ACTPolicy.loss, []
-
-    def interrupted(self, batch, generator=None):
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return real_loss(self, batch, generator)
-
-    monkeypatch.setattr(ACTPolicy, "loss", interrupted)
+    interrupt_loss_at(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
         train(data, cfg, tcfg, tmp_path / "ctrl_c", progress=False, prefetch=2)
     monkeypatch.undo()

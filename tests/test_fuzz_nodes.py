@@ -113,21 +113,6 @@ def _fuzz(name, driver, callback, strategy):
     assert calls[0] >= min(EXAMPLES, 50), f"{name}: only {calls[0]} cases ran"
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    import torch
-
-    from arm_act.policy.checkpoint import save_checkpoint
-    from arm_act.policy.config import PolicyConfig
-    from arm_act.policy.model import ACTPolicy
-    from arm_act.policy.normalizer import Normalizer
-
-    torch.manual_seed(0)
-    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0, target_weight=1.0)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_checkpoint(path, ACTPolicy(config), Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3)), None)
-    return path
-
 
 POLICY_INPUTS = {
     "joint_states": (lambda n: n.joint_state_callback, st.one_of(ms.messages(JointState), ms.joint_states_like())),

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
@@ -20,24 +19,12 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from arm_act.nodes.policy_node import PolicyNode
-from arm_act.policy.checkpoint import save_checkpoint
-from arm_act.policy.config import PolicyConfig
-from arm_act.policy.model import ACTPolicy
-from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.runtime import ChunkQueue
 from arm_act.ros import conversions as conv
 from tests.conftest import spinning, wait_for
 
 pytestmark = pytest.mark.ros
 
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0, target_weight=1.0)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_checkpoint(path, ACTPolicy(config), Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3)), None)
-    return path
 
 
 def _params(**values):

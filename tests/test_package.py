@@ -99,4 +99,9 @@ def test_colcon_build_installs_the_executables(tmp_path):
     share = tmp_path / "install" / "arm_act" / "share"
     assert (share / "ament_index" / "resource_index" / "packages" / "arm_act").is_file()
     assert (share / "arm_act" / "launch" / "bringup.launch.py").is_file()
-    assert (share / "arm_act" / "config" / "sim.yaml").is_file()
+    for config in (ROOT / "config").iterdir():
+        assert (share / "arm_act" / "config" / config.name).is_file(), config.name
+    # Every layer of arm_act, the linked sim/ and policy/ included, is installed as a package.
+    site = next((tmp_path / "install" / "arm_act" / "lib").glob("python3*/site-packages"))
+    for layer in sorted(p for p in (ROOT / "arm_act").iterdir() if (p / "__init__.py").is_file()):
+        assert (site / "arm_act" / layer.name / "__init__.py").is_file(), layer.name

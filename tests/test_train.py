@@ -17,6 +17,7 @@ from arm_act.policy.checkpoint import load_checkpoint
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, TrainingError, lr_at, train
+from tests.conftest import interrupt_loss_at
 
 pytestmark = pytest.mark.unit
 
@@ -64,15 +65,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, monkeypatch):
     assert resumed["final"] == full["final"]
 
     # Ctrl-C in the middle of step 5 (batch drawn, weights untouched) saves step 4's state.
-    real_loss, calls = ACTPolicy.loss, []
-
-    def interrupted(self, batch, generator=None):
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return real_loss(self, batch, generator)
-
-    monkeypatch.setattr(ACTPolicy, "loss", interrupted)
+    interrupt_loss_at(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
         train(data, cfg, tcfg, tmp_path / "ctrl_c", progress=False)
     monkeypatch.undo()

@@ -20,9 +20,7 @@ class ExpertNode(ControllerNode):
     def __init__(self, **kwargs):
         super().__init__("expert_node", **kwargs)
         self.declare_parameter("perturb_prob", 0.0)
-        self.declare_parameter("seed", 0)
         self.perturb_prob = float(self.get_parameter("perturb_prob").value)
-        self.seed = int(self.get_parameter("seed").value)
         self.expert: ScriptedExpert | None = None
 
     def observation_complete(self, stamp_ns: int, tick: int) -> bool:

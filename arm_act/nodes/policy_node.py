@@ -44,7 +44,6 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
@@ -57,6 +56,7 @@ from arm_act.nodes.guard import guarded, rejections
 from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
+from arm_act.ros.qos import SENSOR_DATA
 
 EXECUTIONS = ("ensemble", "queue")
 # Parameters applied to the running policy by the on-set-parameters callback.
@@ -140,7 +140,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.image_size = None
         for camera, topic in self.camera_topics.items():
             self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg),
-                                     qos_profile_sensor_data)
+                                     SENSOR_DATA)
         self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
         # For viewers: the mean cross-attention of the action queries over each camera's
         # patches (Float32MultiArray, dims camera x row x col), one per chunk.

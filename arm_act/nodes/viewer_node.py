@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, String
 
@@ -15,6 +14,7 @@ from arm_act.common.viz import JointStrip, VideoWriter, compose_frame
 from arm_act.nodes.controller import TRANSIENT_LOCAL
 from arm_act.nodes.guard import guarded
 from arm_act.ros import conversions as conv
+from arm_act.ros.qos import SENSOR_DATA
 
 DEFAULT_VIDEO = Path("arm_act_demo.mp4")
 
@@ -43,11 +43,11 @@ class DemoViewer(Node):
         self._state_time = 0.0  # sim time of the latest joint state (commands carry no stamp)
         for camera in cameras:
             self.create_subscription(Image, f"camera/{camera}/image_raw",
-                                     lambda m, c=camera: self.image_callback(c, m), qos_profile_sensor_data)
+                                     lambda m, c=camera: self.image_callback(c, m), SENSOR_DATA)
         self.create_subscription(Float32MultiArray, "policy/attention", self.attention_callback, 10)
         self.create_subscription(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, self.gripper_callback, 10)
         self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_callback, 10)
-        self.create_subscription(JointState, "joint_states", self.joint_state_callback, qos_profile_sensor_data)
+        self.create_subscription(JointState, "joint_states", self.joint_state_callback, SENSOR_DATA)
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
 
     @guarded("{0} image")
