@@ -109,18 +109,3 @@ def tiny_checkpoint(tmp_path_factory):
     save_checkpoint(path, ACTPolicy(config), Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3)), None)
     return path
 
-
-def interrupt_loss_at(monkeypatch, call: int) -> None:
-    """Make ACTPolicy.loss raise KeyboardInterrupt on its `call`-th call (Ctrl-C mid-step:
-    the batch is drawn, the weights untouched)."""
-    from arm_act.policy.model import ACTPolicy
-
-    real_loss, calls = ACTPolicy.loss, []
-
-    def interrupted(self, batch, generator=None):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return real_loss(self, batch, generator)
-
-    monkeypatch.setattr(ACTPolicy, "loss", interrupted)

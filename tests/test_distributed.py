@@ -20,6 +20,7 @@ import pytest
 import torch
 from synthetic_bags import write_demo_bag
 from test_train import FAST, TINY, TINY_FLAGS, episodes, weights
+from train_helpers import interrupt_loss_at
 
 from arm_act.cli import main as cli
 from arm_act.data.dataset import load_dataset
@@ -30,7 +31,6 @@ from arm_act.policy.device import DeviceError, amp_dtype, resolve_device
 from arm_act.policy.distributed import weights_digest
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, train
-from tests.conftest import interrupt_loss_at
 
 TESTS = Path(__file__).parent
 ARM_ACT = str(Path(sys.executable).with_name("arm-act"))

@@ -48,6 +48,13 @@ def _wait_for(condition, timeout: float, proc: subprocess.Popen) -> bool:
     return False
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """Ctrl-C as a terminal user has it: a shell without job control starts background jobs
+    (CI runners, `cmd &`) with SIGINT ignored, children inherit that, and Python then installs
+    no KeyboardInterrupt handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.e2e
 def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     recipe, out = tmp_path / "tiny.yaml", tmp_path / "run"
@@ -55,7 +62,8 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     proc = subprocess.Popen([sys.executable, "-m", "arm_act.cli", "pipeline", "--config", str(recipe), "--out",
                              str(out), "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_sigint_as_at_a_terminal)
     trained = out / "stages" / "03_train_stage1.json"
     try:
         assert _wait_for(trained.is_file, 600, proc), proc.communicate()[1][-3000:]

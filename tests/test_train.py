@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from synthetic_bags import write_demo_bag
+from train_helpers import interrupt_loss_at
 
 from arm_act.cli import main as cli
 from arm_act.policy.checkpoint import load_checkpoint
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.train import TrainConfig, TrainingError, lr_at, train
-from tests.conftest import interrupt_loss_at
 
 pytestmark = pytest.mark.unit
 
