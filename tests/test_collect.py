@@ -61,6 +61,26 @@ def test_collect_is_reproducible_across_worker_counts(collected, tmp_path, capsy
         assert (again / "episode_3" / name).read_bytes() == (out / "episode_3" / name).read_bytes(), name
 
 
+def test_world_perturbed_collection_records_what_it_drew(collected, tmp_path, capsys):
+    """--world lighting: the same seed's layout and expert, under a light drawn from the seed;
+    the bag says which perturbation and what it drew, and its images differ from the plain run's."""
+    out, _ = collected
+    lit = tmp_path / "lit"
+    assert cli.main(["collect", "--episodes", "1", "--out", str(lit), "--world", "lighting", *ARGS]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["world"] == "lighting" and summary["successes"] == 1
+    custom = bag_info(lit / "episode_3").custom_data
+    drawn = json.loads(custom["world_drawn"])
+    assert custom["world"] == "lighting" and drawn["kind"] == "lighting"
+    assert drawn == summary["episodes_detail"][0]["world_drawn"]
+    topic = "/camera/front/image_raw"
+    plain, perturbed = (next(iter(read_bag(d / "episode_3", [topic]))).msg.data for d in (out, lit))
+    assert len(plain) == len(perturbed) and not np.array_equal(plain, perturbed)
+    first = [next(iter(read_bag(d / "episode_3", ["/objects"]))).msg for d in (out, lit)]
+    layouts = [[(m.text, m.pose.position.x, m.pose.position.y) for m in marks.markers] for marks in first]
+    assert layouts[0] == layouts[1]  # the same blocks in the same places
+
+
 def test_collect_never_overwrites(collected, capsys):
     out, _ = collected
     assert cli.main(["collect", "--episodes", "1", "--out", str(out), *ARGS]) == 2
@@ -152,6 +172,7 @@ def test_takeover_collection_rejects_a_bad_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(perturb=2.0), "perturb_prob=2.0"),
+    (dict(world="fog"), "world='fog' must be one of ['push', 'lighting'"),
     (dict(compression="lz4"), "compression='lz4' must be one of"),
     (dict(latency_ticks=1), "latency_ticks=1: takeover episodes only"),
     (dict(policy=SHIPPED, handover=(-1, 2)), "handover=(-1, 2) must satisfy"),

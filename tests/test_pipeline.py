@@ -136,10 +136,22 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     ({"train": {"train": {"steps": 0}}}, "steps"),
     ({"robustness": {"episodes": 1, "seed": 1, "variants": "rain"}}, "rain"),
     ({"colour": "red"}, "unknown keys"),
+    ({"demos": [{"name": "d", "episodes": 1, "seed": 1, "world": "fog"}]}, r"demos\[0\]\.world='fog'"),
 ])
 def test_recipe_errors_name_the_field(change, message):
     with pytest.raises(PipelineConfigError, match=message):
         from_dict({**TINY, **change}, ROOT / "config")
+
+
+@pytest.mark.unit
+def test_a_demo_set_can_randomise_the_world():
+    config = from_dict({**TINY, "demos": [{"name": "lit", "episodes": 1, "seed": 500000, "world": "lighting"}]},
+                       ROOT / "config")
+    assert config.demos[0].world == "lighting"
+    stage = Pipeline(config, Path("/nonexistent/run")).stages[0]
+    assert stage.name == "collect_lit" and stage.params["world"] == "lighting"
+    plain = Pipeline(from_dict(TINY, ROOT / "config"), Path("/nonexistent/run")).stages[0]
+    assert "world" not in plain.params  # unchanged for recipes without it: their runs still resume
 
 
 @pytest.mark.unit

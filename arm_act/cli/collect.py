@@ -33,6 +33,10 @@ def configure(parser) -> None:
                              "(join a cluster); bags come back to this machine as bytes")
     parser.add_argument("--perturb", type=float, default=0.0,
                         help="expert perturbation probability per waypoint (recovery demonstrations)")
+    parser.add_argument("--world", metavar="NAME",
+                        help="a world perturbation applied to every episode, drawn from its seed "
+                             "(lighting, camera, size, distractors, crowded, push): domain randomisation; "
+                             "use seeds apart from the robustness evaluation's (400000+)")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--compression", choices=("none", "zstd"), default="none", help="MCAP chunk compression")
@@ -67,7 +71,7 @@ def run(args) -> int:
             out=args.out, perturb=args.perturb, control_rate=args.control_rate, camera_rate=args.camera_rate,
             compression=None if args.compression == "none" else args.compression, policy=args.policy,
             handover=None if args.handover is None else _parse_handover(args.handover),
-            latency_ticks=args.latency_ticks)
+            latency_ticks=args.latency_ticks, world=args.world)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     with progress_bar(args.episodes, "collect", unit="ep") as bar:

@@ -30,6 +30,7 @@ way). The same seeds give the same bags, message for message, as a local run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import multiprocessing
@@ -76,12 +77,18 @@ class CollectConfig:
     policy: Path | None = None
     handover: tuple[float, float] | None = None
     latency_ticks: int | None = None
+    world: str | None = None
+    """A world perturbation (arm_act.sim.perturb: lighting, camera, size, distractors, crowded,
+    push) applied to every episode, drawn per episode from its seed: domain randomisation for
+    the training data. Use seeds apart from the robustness evaluation's (400000 + ...), so no
+    evaluated world is ever trained on."""
 
     def __post_init__(self):
         from arm_act.sim import ExpertConfig
 
         object.__setattr__(self, "out", Path(self.out))
         self.sim_config()  # raises ValueError for bad rates
+        self.world_perturbation()  # ... and for an unknown world perturbation
         ExpertConfig(perturb_prob=self.perturb)  # ... and for a bad perturbation probability
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression={self.compression!r} must be one of {list(COMPRESSIONS)}")
@@ -108,6 +115,19 @@ class CollectConfig:
         from arm_act.sim import SimConfig
 
         return SimConfig(control_rate_hz=self.control_rate, camera_rate_hz=self.camera_rate)
+
+    def world_perturbation(self):
+        """The perturbation config of `world`, None without one; ValueError for an unknown name."""
+        if self.world is None:
+            return None
+        from arm_act.sim.perturb import perturbation
+
+        try:
+            return perturbation(self.world)
+        except ValueError:
+            from arm_act.sim.perturb import ROBUSTNESS
+
+            raise ValueError(f"world={self.world!r} must be one of {list(ROBUSTNESS)}") from None
 
     def load_policy(self):
         """The takeover policy's runtime (one inference thread, as every worker runs one);
@@ -158,7 +178,7 @@ class CollectionWorker:
         from arm_act.sim import ArmEnv
 
         self.config = config
-        self.env = ArmEnv(config.sim_config())
+        self.env = ArmEnv(config.sim_config(), perturbation=config.world_perturbation())
         self.runtime = None
         try:
             if config.policy is not None:
@@ -182,6 +202,8 @@ class CollectionWorker:
         """The episode's agent and its custom_data."""
         config = self.config
         metadata = {"expert": "scripted", "perturb_prob": config.perturb}
+        if config.world is not None:
+            metadata["world"] = config.world
         if config.policy is None:
             return expert, metadata
         from arm_act.eval.in_process import PolicyAgent
@@ -213,6 +235,10 @@ class CollectionWorker:
             tick = agent.handover_tick
             final["expert_from_s"] = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
             record["expert_from_s"] = None if tick is None else float(final["expert_from_s"])
+        drawn = env.perturbation_info()
+        if drawn is not None:
+            final["world_drawn"] = json.dumps(drawn, sort_keys=True)
+            record["world_drawn"] = drawn
         recorder.finish(result, **final)
         return {"seed": result.seed, "n_blocks": result.n_blocks, "status": result.status,
                 "success": bool(result.success), "duration_s": round(float(result.duration), 4),
@@ -387,8 +413,8 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
         "out": str(config.out), "episodes": len(records), "successes": sum(r["success"] for r in records),
         "frames": sum(r["frames"] for r in records), "ticks": sum(r["ticks"] for r in records),
         "bytes": sum(r["bytes"] for r in records), "wall_time_s": round(time.monotonic() - started, 2),
-        "seed": seed, "blocks": _range_text(blocks), "perturb": config.perturb, "workers": workers,
-        "policy": None if config.policy is None else str(config.policy),
+        "seed": seed, "blocks": _range_text(blocks), "perturb": config.perturb, "world": config.world,
+        "workers": workers, "policy": None if config.policy is None else str(config.policy),
         "handover": None if config.handover is None else _range_text(config.handover),
         **({"ray": {"address": ray, **report.to_dict()}} if ray is not None else {}),
         "episodes_detail": records,

@@ -77,6 +77,7 @@ class DemoSet:
     episodes: int
     seed: int
     perturb: float = 0.0
+    world: str | None = None  # a world perturbation (domain randomisation), arm_act.data.collect.CollectConfig.world
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,18 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
         raise PipelineConfigError("demos: a list of at least one demonstration set is needed")
     demos = []
     for i, d in enumerate(demos_raw):
-        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb"})
+        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world"})
         perturb = d.get("perturb", 0.0)
         if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
             raise PipelineConfigError(f"demos[{i}].perturb={perturb!r} must be in [0, 1]")
+        world = d.get("world")
+        if world is not None:
+            from arm_act.sim.perturb import ROBUSTNESS
+
+            if world not in ROBUSTNESS:
+                raise PipelineConfigError(f"demos[{i}].world={world!r} must be one of {list(ROBUSTNESS)}")
         demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
-                             _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb)))
+                             _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb), world))
     train_raw = _only("train", top.get("train", {}), {"config", "policy", "train"})
     policy, train = {}, {}
     if "config" in train_raw:

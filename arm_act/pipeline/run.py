@@ -129,8 +129,10 @@ class Pipeline:
             stages.append(Stage(len(stages) + 1, name, params, output, run))
 
         for demo in c.demos:
-            add(f"collect_{demo.name}", {"kind": "collect", **dataclasses.asdict(demo), "blocks": c.blocks},
-                self.data_dir(demo.name), lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb))
+            # "world" only when set, so a run made before the key existed still resumes
+            params = {k: v for k, v in dataclasses.asdict(demo).items() if k != "world" or v is not None}
+            add(f"collect_{demo.name}", {"kind": "collect", **params, "blocks": c.blocks}, self.data_dir(demo.name),
+                lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world))
         data = [self.data_dir(d.name) for d in c.demos]
         add(f"train_{STAGE1}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
                                 "train": c.train}, self.checkpoint_dir(STAGE1),
@@ -228,14 +230,15 @@ class Pipeline:
 
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
-                 handover: tuple[float, float] | None = None, latency_ticks: int | None = None) -> dict:
+                 handover: tuple[float, float] | None = None, latency_ticks: int | None = None,
+                 world: str | None = None) -> dict:
         from arm_act.common.episodes import parse_blocks
         from arm_act.common.ray_pool import RayPoolError
         from arm_act.data.collect import CollectConfig, CollectError, collect
         from arm_act.policy.checkpoint import CheckpointError
 
         config = CollectConfig(out=self.data_dir(name), perturb=perturb, policy=policy, handover=handover,
-                               latency_ticks=latency_ticks if policy is not None else None)
+                               latency_ticks=latency_ticks if policy is not None else None, world=world)
         done = [0]
 
         def on_record(record: dict) -> None:
