@@ -231,7 +231,8 @@ def test_realtime_pairs_a_camera_pair_with_the_joint_state_of_its_tick(ros_conte
     policy = PolicyNode(context=ros_context,
                         parameter_overrides=_params(mode="realtime", checkpoint=str(tiny_checkpoint)))
     submitted = []
-    policy._submit = lambda stamp, tick=None: submitted.append((stamp, policy.joint_positions.copy()))
+    policy._submit = lambda stamp, tick=None, joints=None: submitted.append(
+        (stamp, (policy.joint_positions if joints is None else joints).copy()))
     try:
         info = conv.EpisodeInfo(episode=0, seed=0, n_blocks=3, state="running",
                                 instruction="put the red block in the box", time=0.0, start=1.0)

@@ -4,6 +4,13 @@
     arm-act eval --policy checkpoints/default --episodes 200 --seed 5000 --blocks 6
     arm-act eval --policy checkpoints/default --camera-rate 50 --episodes 60 --seed 500000
     arm-act eval --policy checkpoints/default --robustness all --episodes 50 --seed 400000 --out r.json
+    arm-act eval --policy checkpoints/default --live --compare-in-process --episodes 100 --seed 100000 \
+                 --threads 1 --latency-ticks 1 --out live.json
+
+--live runs the episodes through sim_node and policy_node (expert_node) as child processes in
+real time, as launch starts them (arm_act/eval/live.py): a line per episode with its real-time
+diagnostics, which the JSON keeps per episode (`realtime`). --compare-in-process then runs the
+same seeds in process and reports both rates with 95% CIs and the seeds that differ.
 
 --robustness NAME runs the world changed by one perturbation of arm_act/sim/perturb.py
 (push, lighting, camera, distractors, size, crowded; `none` for the plain world), the
@@ -36,6 +43,12 @@ def configure(parser) -> None:
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
                         help="run the episodes through sim_node + policy_node/expert_node over DDS, in lockstep")
+    parser.add_argument("--live", action="store_true",
+                        help="run the episodes through sim_node + policy_node/expert_node as child processes "
+                             "in real time (as launch starts them), with per-episode real-time diagnostics")
+    parser.add_argument("--compare-in-process", action="store_true",
+                        help="with --live: also run the same seeds in process and compare them side by side")
+    parser.add_argument("--logs", type=Path, help="with --live: write the nodes' logs into this directory")
     parser.add_argument("--robustness", metavar="NAME",
                         help="push, lighting, camera, distractors, size, crowded, none, or all (a table); "
                              "a checkpoint runs beside the expert")
@@ -81,11 +94,16 @@ def run(args) -> int:
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
-            over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray)
+            over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
+            live=args.live, compare_in_process=args.compare_in_process, logs=args.logs)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)
     except (CheckpointError, ValueError, RayPoolError) as exc:
+        raise CommandError(str(exc)) from None
+    except RuntimeError as exc:  # a live node that exited or stalled
+        if not args.live:
+            raise
         raise CommandError(str(exc)) from None
     text = json.dumps(summary, indent=2)
     if args.out:
@@ -113,10 +131,31 @@ def run(args) -> int:
         regrasp = summary["regrasp"]
         print(f"  regrasp: {regrasp['missed_first_grasp']} missed first grasps, "
               f"{regrasp['succeeded_after_miss']} succeeded")
+    if "live" in summary:
+        _print_live(summary)
     if "target_error_first_cm_median" in summary:
         print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
               "from where it is (median, first camera pair)")
     return 0
+
+
+def _print_live(summary: dict) -> None:
+    live, totals = summary["live"], summary["live"]["totals"]
+    print(f"  live: {live['wall_time_s']:.0f} s, load average {live['load_average_before'][0]:.2f} before, "
+          f"{live['load_average_after'][0]:.2f} after ({live['cpus']} CPUs)")
+    print(f"  real time: missed ticks {totals['missed_ticks_sim']} (sim) {totals['missed_ticks_wall']} (wall) "
+          f"of {totals['commands']} commands; chunk latency in ticks {totals['chunk_latency_ticks']}; "
+          f"pairs without chunk {totals['pairs_without_chunk']} of {totals['camera_pairs']}; "
+          f"inference p50 {totals['inference_ms_p50_median']} ms")
+    compare = summary.get("compare")
+    if compare:
+        for side in ("live", "in_process"):
+            rate = compare[side]
+            low, high = rate["ci95"]
+            print(f"  {side.replace('_', '-'):10s} {rate['successes']}/{rate['episodes']} "
+                  f"({rate['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%})")
+        print(f"  failed live only: {compare['failed_live_only']}; failed in process only: "
+              f"{compare['failed_in_process_only']}; both: {compare['failed_both']}")
 
 
 def _robustness(args, config) -> int:

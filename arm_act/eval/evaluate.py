@@ -8,7 +8,10 @@ Episode i uses seed S+i and a block count drawn from it (arm_act.common.episodes
 sim_node schedules them, so in-process and over-ROS runs of the same seeds are the same
 scenes. In process, each episode runs through arm_act.eval.in_process (PolicyRunner or
 ExpertRunner); over_ros=True runs them through sim_node and policy_node / expert_node over
-DDS in lockstep (arm_act.eval.over_ros), and the two agree episode by episode.
+DDS in lockstep (arm_act.eval.over_ros), and the two agree episode by episode. live=True
+runs them through the live nodes as child processes in real time (arm_act.eval.live), with
+per-episode real-time diagnostics; compare_in_process then also runs the same seeds in
+process and puts both results side by side (`compare`).
 
 ray (an address: local, auto or ray://HOST:PORT; arm_act/common/ray_pool.py) runs each
 episode as a Ray task instead, with the latency fixed on the driver (given, or measured
@@ -48,6 +51,9 @@ class EvalConfig:
     settings: PolicySettings = field(default_factory=PolicySettings)
     ray: str | None = None
     robustness: str | None = None  # a perturbation of arm_act.sim.perturb (ROBUSTNESS), None: the plain world
+    live: bool = False  # the live nodes as child processes in real time (arm_act.eval.live)
+    compare_in_process: bool = False  # with live: the same seeds in process too, side by side
+    logs: Path | None = None  # with live: the nodes' logs go here (default: a temporary directory)
 
     def __post_init__(self):
         parse_blocks(self.blocks)  # raises ValueError quoting the text
@@ -56,6 +62,12 @@ class EvalConfig:
         if self.robustness is not None and self.over_ros:
             raise ValueError(f"robustness={self.robustness!r} runs in process (or on Ray); sim_node has no "
                              "perturbations")
+        if self.live and (self.over_ros or self.ray is not None or self.robustness is not None
+                          or self.video is not None or self.bags is not None):
+            raise ValueError("live runs the plain world through the nodes in real time; it does not combine with "
+                             "over_ros (lockstep), ray, robustness, video or bags (record a bag with arm-act demo)")
+        if self.compare_in_process and not self.live:
+            raise ValueError("compare_in_process compares a live run with the in-process one: it needs live")
         if self.episodes < 1:
             raise ValueError(f"episodes={self.episodes} must be >= 1")
         if self.ray is not None and self.over_ros:
@@ -231,6 +243,14 @@ def evaluate(config: EvalConfig) -> dict:
     extra = {}
     if config.ray is not None:
         results, extra["ray"] = _on_ray(config, runner)
+    elif config.live:
+        from arm_act.eval.live import compare, run_live
+
+        results, extra["live"] = run_live(config, logs=config.logs)
+        if config.compare_in_process:
+            in_process = _in_process(config, runner)
+            extra["in_process"] = summarize(in_process, {"policy": runner.describe})
+            extra["compare"] = compare(results, in_process)
     elif config.over_ros:
         from arm_act.eval.over_ros import run_over_ros
 

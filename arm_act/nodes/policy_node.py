@@ -66,6 +66,7 @@ CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "lat
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart")
 MAX_IMAGE_PIXELS = 4096 * 4096
+JOINT_HISTORY = 16  # realtime: joint states kept by stamp (0.16 s at 100 Hz) to pair camera pairs with
 
 
 def check_live_value(name: str, value) -> str | None:
@@ -128,10 +129,18 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.chunk_count = 0
         self.target_guess = None  # the target head's last guess (3,) m, when the policy has one
         self.stats = {"inference_ms": float("nan"), "deadline_misses": 0, "ticks_without_chunk": 0,
-                      "inference_failures": 0, "rejected_images": 0}
+                      "inference_failures": 0, "rejected_images": 0,
+                      # realtime: ticks held on stale observations; camera pairs inferred with a joint
+                      # state of another tick; chunks of an ended episode, dropped
+                      "stale_ticks": 0, "pairs_joint_mismatch": 0, "stale_chunks_dropped": 0}
         self.state = "unconfigured"
         self._last_tick_wall: float | None = None
         self._submitted_ns = -1
+        # Realtime: the joint states of the last few stamps (ns -> (9,)), so a camera pair is
+        # inferred with the joint state of its own tick even when a later one came first; and
+        # the episode the selector was last reset for (from a joint state of that episode).
+        self._joint_history: dict[int, np.ndarray] = {}
+        self._started_episode: int | None = None
 
         # The cameras are the shipped policy's (front, wrist); configure checks that the
         # checkpoint wants exactly these.
@@ -330,7 +339,42 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def joint_state_callback(self, msg) -> None:
         super().joint_state_callback(msg)
         with self.lock:
+            if self.mode == "realtime" and self.joint_positions is not None:
+                history = self._joint_history
+                history[self.joint_stamp_ns] = self.joint_positions
+                while len(history) > JOINT_HISTORY:
+                    del history[min(history)]
+            self._start_episode_realtime()
             self._submit_realtime()
+
+    def episode_callback(self, msg) -> None:
+        super().episode_callback(msg)
+        with self.lock:
+            self._start_episode_realtime()
+            self._submit_realtime()
+
+    def _start_episode_realtime(self) -> bool:
+        """Realtime (lock held): reset the selector for the running episode once a joint state
+        of that episode is here, and say whether it has been reset. The first control tick of
+        an episode can come before it: sim_node publishes /clock at the episode's start twice
+        (the episode, then its first observation), and a tick that acts on the second one acts
+        on the previous episode's last joint state. A selector reset from that pose limits the
+        first commands towards where the last episode ended (measured live: the arm swung back
+        over the blocks, seed 100001 failed in 0.75 s). Chunks and inferences of the previous
+        episode are dropped."""
+        info = self.episode
+        if self.mode != "realtime" or self.selector is None or info is None or info.state != "running":
+            return False
+        if self._started_episode == info.episode:
+            return True
+        if self.joint_positions is None or self.joint_stamp_ns < info.start_ns:
+            return False  # only the previous episode's joint states so far
+        first = self._joint_history.get(info.start_ns, self.joint_positions)  # the reset pose
+        self.selector.reset(first)
+        self._started_episode = info.episode
+        if self.lifecycle_state == "active":
+            self.last_command = None
+        return True
 
     def _submit_realtime(self) -> None:
         """Realtime: infer on the newest complete camera pair once the joint state of its
@@ -342,8 +386,16 @@ class PolicyNode(ControllerNode, LifecycleNode):
             return
         if not all(self.images[c][0] == pair for c in self.cameras):
             return  # an image of a newer pair has arrived meanwhile: wait for that pair
+        info = self.episode_for(pair)
+        if info is None or not self._start_episode_realtime() or info.episode != self._started_episode:
+            return  # the pair's episode has not started here yet (its joint state or message is on its way)
         self.last_pair_ns = pair
-        self._submit(pair)
+        # The joint state of the pair's own tick (sim_node renders both at the same instant); a
+        # later one only when that one never came.
+        joints = self._joint_history.get(pair)
+        if joints is None:
+            self.stats["pairs_joint_mismatch"] += 1
+        self._submit(pair, joints=joints)
 
     def _fit_size(self, rgb: np.ndarray) -> np.ndarray:
         size = self.image_size or rgb.shape[0]
@@ -354,7 +406,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             raise conv.ConversionError(f"image is {w}x{h}; the policy needs square images")
         return cv2.resize(np.ascontiguousarray(rgb), (size, size), interpolation=cv2.INTER_AREA)
 
-    def _submit(self, stamp_ns: int, tick: int | None = None) -> None:
+    def _submit(self, stamp_ns: int, tick: int | None = None, joints: np.ndarray | None = None) -> None:
         """Hand the camera pair of `stamp_ns` to the worker (lock held). The queue holds
         one job: a newer pair replaces a pair still waiting (realtime never queues up)."""
         if self.selector is None or self.lifecycle_state != "active":
@@ -367,7 +419,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if info is None:
             return
         job = (info.episode, tick if tick is not None else info.tick_of(stamp_ns), stamp_ns,
-               {c: self.images[c][1] for c in self.cameras}, self.joint_positions.copy(), self.instruction)
+               {c: self.images[c][1] for c in self.cameras},
+               (self.joint_positions if joints is None else joints).copy(), self.instruction)
         try:
             self.selector.forget(self._jobs.get_nowait()[1])  # replaced before it ran: never comes
         except queue.Empty:
@@ -399,8 +452,14 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 selector = self.selector
                 if stop.is_set() or selector is None or runtime is not self.runtime:
                     return  # cleaned up meanwhile: nothing of this node is used any more
-                if self.episode is None or self.episode.episode != episode:
+                if self.mode == "realtime":  # only chunks of the episode the selector was reset for
+                    ended = (episode != self._started_episode or self.episode is None
+                             or self.episode.state != "running")
+                else:
+                    ended = self.episode is None or self.episode.episode != episode
+                if ended:
                     selector.forget(tick)
+                    self.stats["stale_chunks_dropped"] += 1
                     continue  # a chunk for an episode that has ended
                 # Everything the worker spent on the pair (preprocessing included).
                 self.stats["inference_ms"] = (time.perf_counter() - started) * 1e3
@@ -433,10 +492,13 @@ class PolicyNode(ControllerNode, LifecycleNode):
         return not self.selector.awaiting(tick)
 
     def on_new_episode(self, info: conv.EpisodeInfo) -> None:
-        if self.selector is not None:
-            self.selector.reset(self.joint_positions)
-        if self.lifecycle_state == "active":
-            self.last_command = None
+        if self.mode == "realtime":
+            self._start_episode_realtime()  # from a joint state of this episode (or later)
+        else:  # lockstep: this tick's joint state is the episode's first
+            if self.selector is not None:
+                self.selector.reset(self.joint_positions)
+            if self.lifecycle_state == "active":
+                self.last_command = None
         self.get_logger().info(f"episode {info.episode}: {info.instruction}")
 
     def compute_command(self, stamp_ns: int, tick: int):
@@ -452,8 +514,12 @@ class PolicyNode(ControllerNode, LifecycleNode):
         selector = self.selector
         if self.mode == "realtime":
             self._check_deadline()
+            if not self._start_episode_realtime():
+                self.state = "waiting"
+                return None  # no joint state of this episode yet: the sim holds its reset pose
             if self._stale(stamp_ns):
                 self.state = "stale"
+                self.stats["stale_ticks"] += 1
                 return selector.held if selector.started else None
         command = selector.command(tick)
         if selector.holding:
@@ -514,6 +580,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 "deadline_misses": str(self.stats["deadline_misses"]),
                 "missed_ticks": str(self.missed_ticks),
                 "inference_failures": str(self.stats["inference_failures"]),
+                "stale_ticks": str(self.stats["stale_ticks"]),
+                "pairs_joint_mismatch": str(self.stats["pairs_joint_mismatch"]),
+                "stale_chunks_dropped": str(self.stats["stale_chunks_dropped"]),
                 "rejected_images": str(self.stats["rejected_images"]),
                 "rejected_messages": str(rejections(self).total),
                 "chunks": str(self.chunk_count),

@@ -341,7 +341,13 @@ class SimNode(Node):
                     f"{self.sim_time - self.episode_start:.2f} s"
                 )
                 if self.mode == "realtime":
-                    self._hold(self.reset_pause)
+                    # Status is checked every step, so an episode can end between two control
+                    # ticks: the hold ends on the control-period grid again, so the next
+                    # episode starts on it. The controllers tick where /clock crosses multiples
+                    # of the control period; an episode starting half a period off used to get
+                    # its commands half a period late, for ticks 0, 2, 2, 4, 4, ... (rounded
+                    # stamps), each clamped by the joint-speed limit on the double step.
+                    self._hold(self.reset_pause, ended_at_step=step)
                 # The next episode starts one control period later on the same clock.
                 self.sim_time += 1.0 / self.control_rate
                 return
@@ -461,10 +467,13 @@ class SimNode(Node):
         array.header.stamp = conv.to_stamp(self.sim_time)
         self.diag_pub.publish(array)
 
-    def _hold(self, seconds: float) -> None:
+    def _hold(self, seconds: float, ended_at_step: int = 0) -> None:
         """Realtime: keep the world running and publishing for `seconds` of sim time before
-        the next episode, so viewers see how it ended."""
-        for _ in range(int(round(seconds * self.step_rate))):
+        the next episode, so viewers see how it ended; rounded up to end on the control-period
+        grid of an episode that ended after `ended_at_step` steps."""
+        steps = int(round(seconds * self.step_rate))
+        steps += -(ended_at_step + steps) % self.steps_per_command
+        for _ in range(steps):
             if self._stop.is_set():
                 return
             self.env.step()
