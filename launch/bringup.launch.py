@@ -61,6 +61,9 @@ def generate_launch_description():
         DeclareLaunchArgument("seed", default_value="0"),
         DeclareLaunchArgument("episodes", default_value="0", description="0: until stopped"),
         DeclareLaunchArgument("blocks", default_value="2-5", description="blocks per episode: N or LO-HI"),
+        DeclareLaunchArgument("thread_priority", default_value="50",
+                              description="SCHED_FIFO priority of sim_node's and policy_node's deadline "
+                                          "threads (as ros2_control's); 0: the normal scheduler"),
     ]
     environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
     sim = Node(
@@ -75,6 +78,7 @@ def generate_launch_description():
             "episodes": ParameterValue(arg("episodes"), value_type=int),
             "blocks": arg("blocks"),
             "wait_for_recorder": record,
+            "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),
         }],
     )
     policy = LifecycleNode(
@@ -87,6 +91,7 @@ def generate_launch_description():
             "execution": arg("execution"),
             "control_rate": ParameterValue(arg("control_rate"), value_type=int),
             "autostart": False,  # the transitions below drive it
+            "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),
         }],
     )
     autostart = IfCondition(arg("autostart"))

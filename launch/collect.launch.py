@@ -40,9 +40,13 @@ def generate_launch_description():
         DeclareLaunchArgument("out", default_value="demos", description="bag directory (must not exist)"),
         DeclareLaunchArgument("perturb", default_value="0.0", description="expert perturbation probability"),
         DeclareLaunchArgument("mode", default_value="lockstep"),
+        DeclareLaunchArgument("thread_priority", default_value="50",
+                              description="SCHED_FIFO priority of sim_node's and expert_node's deadline "
+                                          "threads; 0: the normal scheduler"),
     ]
     environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
-    common = {"use_sim_time": True, "mode": arg("mode")}
+    common = {"use_sim_time": True, "mode": arg("mode"),
+              "thread_priority": ParameterValue(arg("thread_priority"), value_type=int)}
     sim = Node(
         package="arm_act", executable="sim_node", name="sim_node", namespace=namespace, output="screen",
         remappings=CLOCK_REMAP,

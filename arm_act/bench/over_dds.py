@@ -25,6 +25,18 @@ node process and of the probe over the measuring window, divided by the sim seco
 window covered (ros_cpu_s_per_sim_s, ros_cpu_threads_s_per_sim_s: "main" is the executor
 thread). camera_pairs / camera_pairs_inferred: the complete pairs in the window and those a
 chunk came back for (with cameras at the control rate: inference on every pair or not).
+
+Scheduling (arm_act/common/realtime.py, docs/architecture.md "Threading"): the nodes put their
+deadline threads on SCHED_FIFO at `thread_priority` (config/*.yaml, default 50; the
+thread_priority argument overrides it for both nodes). The probe's executor thread, the one
+that receives and timestamps every message, runs on SCHED_FIFO at the same priority: it
+stands for the consumer of the commands, which on a robot is a real-time thread too (a
+ros2_control hardware interface's read/write loop), and on a normal thread its own wake-up
+latency under load would be measured as the nodes' lateness. (The probe's DDS reception
+threads, like the nodes', stay on the normal scheduler.) ARM_ACT_REALTIME_TUNING=0 turns it off
+for the probe as for the nodes. `ros_sched_fifo_threads` records, per process, every thread
+that was on SCHED_FIFO during the window ("name[tid]": priority, read from /proc), so a result
+says under which scheduling it was made; `ros_thread_priority` is what was asked for.
 """
 from __future__ import annotations
 
@@ -50,7 +62,8 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_periods", "obs_to_command_ms_p50", "obs_to_command_ms_p99",
             "obs_to_command_pairs", "ros_seconds", "ros_rtf", "ros_camera_rate_hz",
             "ros_backend", "ros_node_inference_ms_p50", "ros_sim_seconds", "ros_cpu_s_per_sim_s",
-            "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred")
+            "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred", "ros_thread_priority",
+            "ros_sched_fifo_threads", "ros_realtime_tuning")
 
 
 def _key(stamp_ns: int) -> int:
@@ -164,6 +177,29 @@ def _thread_names(pid: int) -> dict[str, str]:
     except OSError:
         pass
     return names
+
+
+def _stat_scheduling(path: str) -> tuple[int, int] | None:
+    """(rt_priority, policy) from a /proc/<pid>/task/<tid>/stat file (fields 40 and 41)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[37]), int(fields[38])
+
+
+def sched_fifo_threads(pids: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per named process, its threads on SCHED_FIFO now: {"name[tid]": priority}."""
+    out = {}
+    for name, pid in pids.items():
+        rows = {}
+        for tid, comm in _thread_names(pid).items():
+            sched = _stat_scheduling(f"/proc/{pid}/task/{tid}/stat")
+            if sched is not None and sched[1] == os.SCHED_FIFO:
+                rows[f"{comm}[{tid}]"] = sched[0]
+        out[name] = rows
+    return out
 
 
 def cpu_snapshot(pids: dict[str, int]) -> dict[str, Any]:
@@ -310,9 +346,14 @@ class _InProcess:
 
 def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, seconds: float,
                              logs: Path, domain_id: int | None = None,
-                             camera_rate: int | None = None, arrangement: str = "processes") -> dict[str, Any]:
+                             camera_rate: int | None = None, arrangement: str = "processes",
+                             thread_priority: int | None = None,
+                             policy_overrides: dict | None = None) -> dict[str, Any]:
     """Run sim_node + policy_node for `seconds` of wall time after warm-up; see the module
-    docstring for what is measured. camera_rate: default sim.yaml's. arrangement:
+    docstring for what is measured. camera_rate: default sim.yaml's. thread_priority: the
+    nodes' and the probe's SCHED_FIFO priority (default policy.yaml's; 0: the normal
+    scheduler). policy_overrides: more policy_node parameters (e.g. inference_thread_priority).
+    arrangement:
     "processes" (as `arm-act demo` and launch run them) or "single" (both nodes in this
     process, sharing its GIL with each other and the probe)."""
     if arrangement not in ("processes", "single"):
@@ -321,6 +362,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     import yaml
     from rclpy.executors import SingleThreadedExecutor
 
+    from arm_act.common import realtime
     from arm_act.common.paths import config_file
     from arm_act.common.processes import NodeProcesses, ros_args
     from arm_act.policy.checkpoint import read_config
@@ -329,6 +371,23 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     sim_yaml = config_file("sim.yaml")
     if camera_rate is None:
         camera_rate = int(yaml.safe_load(sim_yaml.read_text())["/**"]["ros__parameters"]["camera_rate"])
+    policy_yaml = config_file("policy.yaml")
+    if thread_priority is None:
+        thread_priority = int(yaml.safe_load(policy_yaml.read_text())["/**"]["ros__parameters"].get(
+            "thread_priority", realtime.DEFAULT_THREAD_PRIORITY))
+    reason = realtime.check_priority(thread_priority)
+    if reason:
+        raise ValueError(reason)
+    tuning = not realtime.tuning_disabled()
+    probe_scheduling: list = []
+
+    def spin_probe() -> None:
+        realtime.name_os_thread("bench_probe")
+        if tuning and thread_priority:  # the same priority as the nodes' deadline threads
+            probe_scheduling.append(realtime.set_thread_priority(thread_priority))
+            if probe_scheduling[0].fifo:
+                realtime.set_reception_threads_priority(thread_priority)
+        executor.spin()
     domain = domain_id if domain_id is not None else 170 + os.getpid() % 50
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     previous_range = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
@@ -343,11 +402,12 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     try:
         probe = _Probe(context, cameras)
         executor.add_node(probe.node)
-        spinner = threading.Thread(target=executor.spin, name="bench_probe", daemon=True)
+        spinner = threading.Thread(target=spin_probe, name="bench_probe", daemon=True)
         spinner.start()
-        common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE}
+        common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE,
+                  "thread_priority": thread_priority}
         policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
-                         "publish_attention": False}
+                         "publish_attention": False, **(policy_overrides or {})}
         sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
                       "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}
         if arrangement == "single":
@@ -355,7 +415,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             children.start(sim_params, policy_params)
         else:
             children.start("policy_node", "arm_act.nodes.policy_node",
-                           ros_args(policy_params, config_file("policy.yaml")), env)
+                           ros_args(policy_params, policy_yaml), env)
             children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not probe.commands:
@@ -378,16 +438,20 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 else {name: proc.pid for name, proc in children.procs})
         if arrangement != "single":
             pids["probe"] = os.getpid()
-        cpu_before = None
+        cpu_before = sched = None
         while time.monotonic() < end:
             children.check()
             if cpu_before is None and time.monotonic() >= start:
                 cpu_before = cpu_snapshot(pids)
+                sched = sched_fifo_threads(pids)
             time.sleep(0.05)
         cpu_after = cpu_snapshot(pids)
         result = analyse(probe, start, end)
         result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
             cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
+        result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
+        if probe_scheduling and not probe_scheduling[0].fifo:
+            result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
     finally:
         if switch_interval is not None:
             sys.setswitchinterval(switch_interval)
@@ -404,4 +468,5 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
         else:
             os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = previous_range
-    return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement}
+    return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement,
+            "ros_thread_priority": thread_priority, "ros_realtime_tuning": tuning}

@@ -53,6 +53,9 @@ def configure(parser) -> None:
     parser.add_argument("--camera-rate", type=int, default=None,
                         help="DDS run: camera rate in Hz, a divisor of the 50 Hz control rate (default "
                              "sim.yaml's 10); the policy node infers on every camera pair it can")
+    parser.add_argument("--thread-priority", type=int, default=None,
+                        help="DDS run: SCHED_FIFO priority of the nodes' deadline threads and the probe's "
+                             "(default policy.yaml's 50; 0: the normal scheduler)")
     parser.add_argument("--ros-only", action="store_true",
                         help="only the DDS run (inference, rendering and loop fields are absent)")
 
@@ -129,6 +132,8 @@ def run(args) -> int:
         raise CommandError(f"--ros-seconds {args.ros_seconds} must be > 0")
     if args.camera_rate is not None and (args.camera_rate < 1 or 50 % args.camera_rate):
         raise CommandError(f"--camera-rate {args.camera_rate} must divide the control rate 50")
+    if args.thread_priority is not None and not 0 <= args.thread_priority <= 99:
+        raise CommandError(f"--thread-priority {args.thread_priority} must be 0 (normal) or 1 .. 99 (SCHED_FIFO)")
     if args.ros_only and args.no_ros:
         raise CommandError("--ros-only and --no-ros exclude each other")
     try:
@@ -136,6 +141,7 @@ def run(args) -> int:
                            threads=threads, quick=args.quick, backend=args.backend,
                            ros=not args.no_ros, domain_id=args.domain_id, arrangement=args.arrangement,
                            ros_seconds=args.ros_seconds, camera_rate=args.camera_rate, ros_only=args.ros_only,
+                           thread_priority=args.thread_priority,
                            progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     except CheckpointError as exc:
         raise CommandError(str(exc)) from None

@@ -1,4 +1,4 @@
-"""Process settings for the nodes on the live loop (sim_node, policy_node as executables).
+"""Process and thread settings for the nodes on the live loop (sim_node, policy_node as executables).
 
 - The GIL switch interval: 0.5 ms instead of Python's 5 ms. A thread woken for a deadline (the
   sim loop at its tick; the executor thread of policy_node for /clock and the joint state)
@@ -10,38 +10,75 @@
   PyBullet and rclpy loaded that is ~200 000 objects and 80-250 ms (measured here), several
   control ticks in one stall; frozen objects are never walked again, so later collections see
   only what the loop itself allocates.
+- Real-time scheduling of the deadline threads, as ros2_control's controller_manager does for
+  its update loop (its `thread_priority` parameter, default 50): set_thread_priority() puts the
+  CALLING thread on SCHED_FIFO at a priority 1..99 (0: the normal scheduler, SCHED_OTHER), so
+  it preempts every normal thread of the machine the moment its deadline wakes it, instead of
+  waiting for CFS to give it a turn. Without the privilege (an unprivileged container, a user
+  without an rtprio limit) the call fails with EPERM: the result says why, the node logs one
+  warning and carries on on the normal scheduler. Linux's RT throttling
+  (/proc/sys/kernel/sched_rt_runtime_us, 95 % by default) keeps a runaway RT thread from
+  freezing the machine. lock_memory() is realtime_tools' lock_memory: mlockall(MCL_CURRENT |
+  MCL_FUTURE), so no page of the process is paged out and faulted back in on a deadline.
+
+  A Python caveat: an RT thread that needs the GIL while another thread of the same process
+  holds it waits for that thread (a priority inversion), about one switch interval (0.5 ms,
+  above) while the holder runs Python code, but as long as the holder waits for a core when
+  it is a normal thread taken off the core by other work (tens of ms on a loaded machine). So
+  the nodes put every thread that takes the GIL on SCHED_FIFO, the deadline thread highest,
+  and the DDS reception threads that feed the tick at its priority
+  (set_reception_threads_priority; docs/architecture.md, "Threading", has the measurements).
+
+  Threads inherit their creator's scheduling (glibc's pthread_create default), so a thread
+  started by an RT thread is RT too unless it says otherwise: policy_node's inference worker
+  sets its own scheduling when it starts (set_thread_priority(0) moves it back to SCHED_OTHER).
 
 arm_act.ros.node_main.spin_node (the executables' main, as launch and `ros2 run` start them)
 calls enable() for a node class with `realtime_process = True`; tests construct nodes in the
-pytest process, which stays as it is: settle() does nothing where enable() was not called.
+pytest process, which stays as it is: settle() and realtime_thread() do nothing where enable()
+was not called. ARM_ACT_REALTIME_TUNING=0 in the environment turns all of it off (for
+side-by-side benchmarks).
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import gc
 import os
 import sys
+import threading
 
 SWITCH_INTERVAL_S = 0.0005
+DEFAULT_THREAD_PRIORITY = 50  # ros2_control's controller_manager thread_priority default
+MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
 _enabled = False
 _settled = False
+_warned = False
+
+
+def tuning_disabled() -> bool:
+    """ARM_ACT_REALTIME_TUNING=0: none of this module's settings (benchmarks compare side by side)."""
+    return os.environ.get("ARM_ACT_REALTIME_TUNING", "1") == "0"
 
 
 def enable() -> None:
     """Apply the settings to this process (ARM_ACT_REALTIME_TUNING=0 in the environment: do
     nothing, for side-by-side benchmarks: benchmarks/run_realtime.sh)."""
     global _enabled
-    if os.environ.get("ARM_ACT_REALTIME_TUNING", "1") == "0":
+    if tuning_disabled():
         return
     _enabled = True
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def enabled() -> bool:
+    return _enabled
 
 
 def name_os_thread(name: str) -> None:
     """Give the calling thread its OS name (Linux: /proc/<pid>/task/<tid>/comm, top -H), so the
     benchmark's CPU per thread names it; Python 3.11 leaves every thread "python"."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
@@ -55,3 +92,162 @@ def settle() -> None:
     _settled = True
     gc.collect()
     gc.freeze()
+
+
+# ---------------------------------------------------------------- real-time scheduling
+def priority_range() -> tuple[int, int]:
+    """SCHED_FIFO's priorities on this system (Linux: 1 .. 99)."""
+    return os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
+
+
+def check_priority(priority, name: str = "thread_priority") -> str | None:
+    """The reason `priority` is refused, or None: 0 (the normal scheduler) or SCHED_FIFO's range."""
+    low, high = priority_range()
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (priority == 0 or low <= priority <= high):
+        return (f"{name} must be 0 (the normal scheduler) or a SCHED_FIFO priority in {low} .. {high}, "
+                f"not {priority!r}")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduling:
+    """What set_thread_priority did to one thread: asked for `requested`, it is on `policy`
+    (SCHED_FIFO or SCHED_OTHER) at `priority` (0 on SCHED_OTHER); `reason` says why it is not
+    on SCHED_FIFO when that was asked for."""
+
+    requested: int
+    policy: str
+    priority: int
+    tid: int
+    reason: str = ""
+
+    @property
+    def fifo(self) -> bool:
+        return self.policy == "SCHED_FIFO"
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+    def describe(self, what: str) -> str:
+        if self.fifo:
+            return f"{what} on SCHED_FIFO priority {self.priority}"
+        if self.requested == 0:
+            return f"{what} on the normal scheduler (SCHED_OTHER; thread_priority 0)"
+        return f"{what} stays on the normal scheduler (SCHED_OTHER): {self.reason}"
+
+
+_POLICY_NAMES = {getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_FIFO", "SCHED_RR", "SCHED_BATCH",
+                                             "SCHED_IDLE") if hasattr(os, n)}
+
+
+def thread_scheduling(tid: int) -> tuple[str, int]:
+    """(policy name, RT priority) of a thread of this machine by its native id."""
+    policy = os.sched_getscheduler(tid)
+    return _POLICY_NAMES.get(policy, str(policy)), os.sched_getparam(tid).sched_priority
+
+
+def _privilege_hint() -> str:
+    return ("not permitted: run as root, in docker with --cap-add SYS_NICE, or give the user an "
+            "rtprio limit (ulimit -r / limits.conf); see docs/ros.md")
+
+
+def set_thread_priority(priority: int) -> Scheduling:
+    """Put the calling thread on SCHED_FIFO at `priority` (1 .. 99), or with 0 on the normal
+    scheduler (back from an RT scheduling it inherited). Raises ValueError for a priority out
+    of range; a refusal by the system (EPERM, ...) is not an error: the returned Scheduling
+    says why and the thread stays where it was."""
+    reason = check_priority(priority, "priority")
+    if reason:
+        raise ValueError(reason)
+    tid = threading.get_native_id()
+    failure = ""
+    try:
+        if priority == 0:
+            if os.sched_getscheduler(0) != os.SCHED_OTHER:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        else:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except PermissionError as exc:
+        failure = f"{_privilege_hint()} ({exc.strerror or exc})"
+    except OSError as exc:
+        failure = f"sched_setscheduler failed: {exc.strerror or exc}"
+    policy, now = thread_scheduling(0)
+    return Scheduling(requested=priority, policy=policy, priority=now, tid=tid, reason=failure)
+
+
+def lock_memory() -> tuple[bool, str]:
+    """mlockall(MCL_CURRENT | MCL_FUTURE) for this process: (True, "") or (False, why not).
+    Every page mapped now and later stays in RAM (thread stacks included), so the process's
+    resident memory grows to what it maps."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:
+            return True, ""
+        err = ctypes.get_errno()
+    except (OSError, AttributeError) as exc:
+        return False, f"mlockall unavailable: {exc}"
+    hint = " (raise ulimit -l / limits.conf memlock, or --cap-add IPC_LOCK)" if err in (1, 12) else ""
+    return False, f"mlockall failed: {os.strerror(err)}{hint}"
+
+
+def realtime_thread(priority: int, what: str, logger=None, reception_threads: bool = False) -> Scheduling | None:
+    """For the nodes' deadline threads, called on the thread itself: set_thread_priority
+    where enable() ran (the executables), nothing elsewhere (None). reception_threads: the
+    process's DDS reception threads go to the same priority when this thread got it. With a
+    logger (a ROS logger or logging.Logger): one info line saying what the thread got, or one
+    warning per process when the system refuses (later refusals: info)."""
+    global _warned
+    if not _enabled:
+        return None
+    result = set_thread_priority(priority)
+    if reception_threads and result.fifo:
+        changed = set_reception_threads_priority(priority)
+        if logger is not None:
+            logger.info(f"DDS reception threads on SCHED_FIFO priority {priority}: {', '.join(changed)}")
+    if logger is not None:
+        line = result.describe(what)
+        if result.ok:
+            logger.info(line)
+        elif not _warned:
+            _warned = True
+            logger.warning(line)
+        else:
+            logger.info(line)
+    return result
+
+
+# Fast DDS's reception threads (one per transport and port: "dds.shm.7411", "dds.udp.7410"): a
+# deadline tick driven by a message (policy_node's by /clock and the joint state) waits for the
+# thread that receives that message before its own thread wakes. Not the watchdog.
+DDS_RECEPTION_PREFIXES = ("dds.shm.", "dds.udp.")
+DDS_EXCLUDED = ("dds.shm.wdog",)
+
+
+def set_reception_threads_priority(priority: int) -> dict[str, int]:
+    """Put this process's DDS reception threads on SCHED_FIFO at `priority` (0: SCHED_OTHER).
+    Returns {"comm[tid]": priority now} for every thread it changed; threads the system
+    refuses stay as they are (the deadline thread's own call reports why)."""
+    reason = check_priority(priority, "priority")
+    if reason:
+        raise ValueError(reason)
+    changed = {}
+    try:
+        tasks = list(os.scandir("/proc/self/task"))
+    except OSError:
+        return changed
+    for task in tasks:
+        try:
+            with open(f"{task.path}/comm") as f:
+                comm = f.read().strip()
+            if not comm.startswith(DDS_RECEPTION_PREFIXES) or comm in DDS_EXCLUDED:
+                continue
+            tid = int(task.name)
+            if priority:
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+            else:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            changed[f"{comm}[{tid}]"] = os.sched_getparam(tid).sched_priority
+        except (OSError, ValueError):
+            continue
+    return changed

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from arm_act.common import realtime
 from arm_act.nodes.controller import ControllerNode
+from arm_act.nodes.scheduling import read_priority, thread_priority_descriptor
 from arm_act.ros import conversions as conv
 from arm_act.sim import ExpertConfig, ScriptedExpert, perturbation_rng
 
@@ -16,12 +18,19 @@ from arm_act.sim import ExpertConfig, ScriptedExpert, perturbation_rng
 class ExpertNode(ControllerNode):
     uses_objects = True
     diagnostics_topic = "expert/diagnostics"
+    realtime_process = True  # its executable gets arm_act/common/realtime.py's settings
 
     def __init__(self, **kwargs):
         super().__init__("expert_node", **kwargs)
         self.declare_parameter("perturb_prob", 0.0)
         self.perturb_prob = float(self.get_parameter("perturb_prob").value)
         self.expert: ScriptedExpert | None = None
+        # SCHED_FIFO priority of the control tick, planned inside it on the executor thread (the
+        # thread the executable constructs the node on; ros2_control's thread_priority, 0: normal).
+        self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
+                               thread_priority_descriptor("the control tick (the executor thread)"))
+        realtime.realtime_thread(read_priority(self), "control tick (executor thread)", self.get_logger(),
+                                 reception_threads=True)
 
     def observation_complete(self, stamp_ns: int, tick: int) -> bool:
         # The sim publishes the object markers every control tick, before the joint states.

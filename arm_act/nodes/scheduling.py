@@ -1,0 +1,41 @@
+"""The `thread_priority` parameter of the nodes with a deadline thread (sim_node's sim_loop,
+the control tick of policy_node and expert_node on their executor thread), as ros2_control's
+controller_manager has it: an int, default 50, 0 for the normal scheduler; fixed at start.
+What it does is arm_act/common/realtime.py's (SCHED_FIFO for the calling thread, a warning
+and the normal scheduler where the system does not permit it)."""
+from __future__ import annotations
+
+from rcl_interfaces.msg import IntegerRange, ParameterDescriptor
+
+from arm_act.common import realtime
+
+AUTOMATIC_PRIORITY = -1  # inference_thread_priority: derived from thread_priority
+INFERENCE_BELOW = 10
+
+
+def inference_priority_for(thread_priority: int) -> int:
+    """The automatic inference priority: 10 below the tick's (at least 1), 0 when the tick is normal."""
+    if thread_priority <= 1:
+        return 0
+    return max(1, thread_priority - INFERENCE_BELOW)
+
+
+def thread_priority_descriptor(what: str, automatic: bool = False) -> ParameterDescriptor:
+    low, high = realtime.priority_range()
+    return ParameterDescriptor(
+        description=f"SCHED_FIFO priority of {what} ({low} .. {high}); 0: the normal scheduler. "
+                    "Fixed at start; needs root, CAP_SYS_NICE or an rtprio limit, else a warning",
+        read_only=True,
+        integer_range=[IntegerRange(from_value=AUTOMATIC_PRIORITY if automatic else 0, to_value=high, step=1)])
+
+
+def read_priority(node, name: str = "thread_priority", automatic: int | None = None) -> int:
+    """The declared parameter's value, checked (ValueError with the reason); -1 is `automatic`
+    where one is given."""
+    value = node.get_parameter(name).value
+    if automatic is not None and value == AUTOMATIC_PRIORITY:
+        return automatic
+    reason = realtime.check_priority(value, name)
+    if reason:
+        raise ValueError(reason)
+    return int(value)
