@@ -136,16 +136,19 @@ def test_live_records_and_comparison():
     episode.commands = [(0.02 * i, t0 + 20_000_000 * i) for i in range(5)] + [(0.2, t0 + 20_000_000 * 7)]
     episode.chunks = [(t0, t0 + 10_000_000), (t0 + 100_000_000, t0 + 130_000_000)]
     episode.inference_ms = [4.0, 6.0]
-    episode.diag_start = {"missed_ticks": 1, "stale_ticks": 0}
+    episode.diag_start = {"missed_ticks": 1, "stale_ticks": 0, "chunks_timed": 5, "chunk_latency_ticks": 5,
+                          "late_chunks": 0}
     final = conv.EpisodeInfo(episode=0, seed=7, n_blocks=3, state="success", instruction="x", time=0.14, start=2.01)
-    record = episode_record(episode, final, {"missed_ticks": 3, "stale_ticks": 2})
+    record = episode_record(episode, final, {"missed_ticks": 3, "stale_ticks": 2, "chunks_timed": 7,
+                                             "chunk_latency_ticks": 8, "late_chunks": 1})
     rt = record["realtime"]
     assert record["success"] and record["seed"] == 7
     assert rt["start_offset_ms"] == pytest.approx(10.0)
     assert rt["missed_ticks_sim"] == 2  # a 60 ms gap
-    assert rt["chunk_latency_ticks"] == {"1": 1, "2": 1} and rt["late_chunks"] == 1
+    assert rt["probe_chunk_latency_ticks"] == {"1": 1, "2": 1}
     assert rt["camera_pairs"] == 2 and rt["pairs_without_chunk"] == 0
     assert rt["missed_ticks"] == 2 and rt["stale_ticks"] == 2
+    assert rt["late_chunks"] == 1 and rt["chunk_latency_ticks_mean"] == 1.5
     assert realtime_totals([record])["episodes_off_control_grid"] == 1
     live = [dict(seed=s, success=ok) for s, ok in [(1, True), (2, False), (3, True), (4, False)]]
     in_process = [dict(seed=s, success=ok) for s, ok in [(1, True), (2, True), (3, False), (4, False)]]
@@ -173,3 +176,51 @@ def test_eval_live_runs_the_nodes_in_real_time(tmp_path, capsys):
     assert summary["live"]["totals"]["commands"] > 20
     assert (tmp_path / "logs" / "sim_node.log").is_file()
     assert "live   2/2 seed 6" in capsys.readouterr().err
+
+
+@pytest.mark.ros
+def test_realtime_command_acts_from_the_next_step(ros_context):
+    """In realtime every command arrives after its tick's observation went out; sim_node
+    applies it at the next physics step (10 ms at 100 Hz), not at the next control tick: a
+    whole control period of extra delay that in-process evaluation never has."""
+    from sensor_msgs.msg import JointState as JointStateMsg
+    from std_msgs.msg import Float64MultiArray
+
+    from arm_act.nodes.sim_node import SimNode
+
+    sim = SimNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in dict(
+        mode="realtime", real_time_factor=0.1, episodes=1, seed=0, blocks="2", episode_time_limit=5.0,
+        wait_for_controller=False, exit_when_done=False).items()])
+    from rclpy.node import Node
+
+    node = Node("controller_probe", context=ros_context)
+    arm_pub = node.create_publisher(Float64MultiArray, conv.ARM_COMMAND_TOPIC, 10)
+    gripper_pub = node.create_publisher(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, 10)
+    states: dict[int, np.ndarray] = {}
+    sent: list[int] = []
+    period = 1_000_000_000 // sim.control_rate
+
+    def on_state(msg):
+        stamp = conv.stamp_to_ns(msg.header.stamp)
+        states[stamp] = np.asarray(msg.velocity)
+        start = sim.episode_start * 1e9
+        if not sent and stamp >= start + 0.1e9 and round(stamp - start) % period == 0:
+            sent.append(stamp)  # a control tick's observation: answer it, as a controller does
+            target = np.asarray(msg.position[:7]) + np.array([0.5, 0, 0, 0, 0, 0, 0])
+            gripper_pub.publish(conv.float_array_msg([0.04]))
+            arm_pub.publish(conv.float_array_msg(target))
+
+    node.create_subscription(JointStateMsg, "joint_states", on_state, 10)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(sim)
+    executor.add_node(node)
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: sent and sent[0] + 3 * period // 2 in states, timeout=30)
+        tick = sent[0]
+        half = period // 2  # one physics step at the joint-state rate
+        assert abs(states[tick + half][0]) < 0.02  # not yet: it arrived after this step began
+        assert abs(states[tick + period][0]) > 0.05, states[tick + period][0]  # moving before the next tick
+    finally:
+        sim.destroy_node()
+        node.destroy_node()

@@ -49,6 +49,9 @@ def configure(parser) -> None:
     parser.add_argument("--compare-in-process", action="store_true",
                         help="with --live: also run the same seeds in process and compare them side by side")
     parser.add_argument("--logs", type=Path, help="with --live: write the nodes' logs into this directory")
+    parser.add_argument("--real-time-factor", type=float, default=1.0,
+                        help="with --live: sim speed against the wall clock (default 1; below 1 gives the nodes "
+                             "slack, to tell what load costs from what real time itself costs)")
     parser.add_argument("--robustness", metavar="NAME",
                         help="push, lighting, camera, distractors, size, crowded, none, or all (a table); "
                              "a checkpoint runs beside the expert")
@@ -95,7 +98,8 @@ def run(args) -> int:
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
-            live=args.live, compare_in_process=args.compare_in_process, logs=args.logs)
+            live=args.live, compare_in_process=args.compare_in_process, logs=args.logs,
+            real_time_factor=args.real_time_factor)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)
@@ -141,10 +145,12 @@ def run(args) -> int:
 
 def _print_live(summary: dict) -> None:
     live, totals = summary["live"], summary["live"]["totals"]
-    print(f"  live: {live['wall_time_s']:.0f} s, load average {live['load_average_before'][0]:.2f} before, "
+    print(f"  live: {live['wall_time_s']:.0f} s at real-time factor {live['real_time_factor']:g}, "
+          f"load average {live['load_average_before'][0]:.2f} before, "
           f"{live['load_average_after'][0]:.2f} after ({live['cpus']} CPUs)")
     print(f"  real time: missed ticks {totals['missed_ticks_sim']} (sim) {totals['missed_ticks_wall']} (wall) "
-          f"of {totals['commands']} commands; chunk latency in ticks {totals['chunk_latency_ticks']}; "
+          f"of {totals['commands']} commands; chunks later than 1 tick {totals.get('late_chunks')} of "
+          f"{totals.get('chunks_timed')} (mean latency {totals.get('chunk_latency_ticks_mean')} ticks); "
           f"pairs without chunk {totals['pairs_without_chunk']} of {totals['camera_pairs']}; "
           f"inference p50 {totals['inference_ms_p50_median']} ms")
     compare = summary.get("compare")

@@ -54,6 +54,7 @@ class EvalConfig:
     live: bool = False  # the live nodes as child processes in real time (arm_act.eval.live)
     compare_in_process: bool = False  # with live: the same seeds in process too, side by side
     logs: Path | None = None  # with live: the nodes' logs go here (default: a temporary directory)
+    real_time_factor: float = 1.0  # with live: sim_node's; below 1 gives the nodes slack on a loaded machine
 
     def __post_init__(self):
         parse_blocks(self.blocks)  # raises ValueError quoting the text
@@ -66,6 +67,8 @@ class EvalConfig:
                           or self.video is not None or self.bags is not None):
             raise ValueError("live runs the plain world through the nodes in real time; it does not combine with "
                              "over_ros (lockstep), ray, robustness, video or bags (record a bag with arm-act demo)")
+        if not (math.isfinite(self.real_time_factor) and self.real_time_factor > 0):
+            raise ValueError(f"real_time_factor={self.real_time_factor} must be > 0 (live runs in real time)")
         if self.compare_in_process and not self.live:
             raise ValueError("compare_in_process compares a live run with the in-process one: it needs live")
         if self.episodes < 1:

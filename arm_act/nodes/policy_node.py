@@ -53,12 +53,6 @@ from arm_act.common import realtime
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
-from arm_act.nodes.scheduling import (
-    AUTOMATIC_PRIORITY,
-    inference_priority_for,
-    read_priority,
-    thread_priority_descriptor,
-)
 from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
@@ -70,8 +64,7 @@ LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed"
 # Parameters read at configure: they may change only while unconfigured.
 CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "publish_attention")
 # Fixed when the node is created.
-FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
-                    "inference_thread_priority")
+FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart")
 MAX_IMAGE_PIXELS = 4096 * 4096
 JOINT_HISTORY = 16  # realtime: joint states kept by stamp (0.16 s at 100 Hz) to pair camera pairs with
 
@@ -113,19 +106,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
         # Configure and activate at start-up (`ros2 run`); launch files set it false and drive
         # the transitions (launch_ros LifecycleNode + ChangeState).
         declare("autostart", True)
-        # SCHED_FIFO priority of the control tick (the executor thread; ros2_control's
-        # thread_priority, 0: normal), and of the inference thread (0: normal; else below the tick's).
-        declare("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
-                thread_priority_descriptor("the control tick (the executor thread)"))
-        declare("inference_thread_priority", AUTOMATIC_PRIORITY,
-                thread_priority_descriptor("the inference thread, below thread_priority; -1: thread_priority - 10",
-                                           automatic=True))
-        self.thread_priority = read_priority(self)
-        self.inference_priority = read_priority(self, "inference_thread_priority",
-                                                automatic=inference_priority_for(self.thread_priority))
-        if self.inference_priority and self.inference_priority >= self.thread_priority:
-            raise ValueError(f"inference_thread_priority {self.inference_priority} must be 0 or below "
-                             f"thread_priority {self.thread_priority}: the control tick preempts inference")
         for name in LIVE_PARAMETERS:
             reason = check_live_value(name, self.get_parameter(name).value)
             if reason:
@@ -152,7 +132,11 @@ class PolicyNode(ControllerNode, LifecycleNode):
                       "inference_failures": 0, "rejected_images": 0,
                       # realtime: ticks held on stale observations; camera pairs inferred with a joint
                       # state of another tick; chunks of an ended episode, dropped
-                      "stale_ticks": 0, "pairs_joint_mismatch": 0, "stale_chunks_dropped": 0}
+                      "stale_ticks": 0, "pairs_joint_mismatch": 0, "stale_chunks_dropped": 0,
+                      # realtime: chunks and the sum of their latencies in control ticks (from the
+                      # pair's tick to the first tick whose command can use them), and those
+                      # later than 1 tick, the latency of the shipped in-process evaluation
+                      "chunks_timed": 0, "chunk_latency_ticks": 0, "late_chunks": 0}
         self.state = "unconfigured"
         self._last_tick_wall: float | None = None
         self._submitted_ns = -1
@@ -188,10 +172,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if p("autostart"):
             if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
                 self.trigger_activate()
-        # The executable constructs the node on the thread that then spins it (node_main): the
-        # control tick's thread. On SCHED_FIFO only now, after the model loaded (seconds of CPU).
-        realtime.realtime_thread(self.thread_priority, "control tick (executor thread)", self.get_logger(),
-                                 reception_threads=True)
 
     # ------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -455,9 +435,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
     # ------------------------------------------------------------ inference thread
     def _inference_loop(self) -> None:
         realtime.name_os_thread("inference")
-        # Its own scheduling, not the one it inherits from the thread that configured the node
-        # (the executor thread, on SCHED_FIFO once the node is up).
-        realtime.realtime_thread(self.inference_priority, "inference thread", self.get_logger())
         runtime, stop = self.runtime, self._stop
         while not stop.is_set():
             try:
@@ -495,6 +472,13 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 # Realtime: usable from now on (inference has taken its real time); lockstep:
                 # from tick + latency_ticks.
                 selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None)
+                if self.mode == "realtime" and self._last_tick_index is not None:
+                    # The first tick to use it: the one now due (waiting for its joint state), else the next.
+                    index = self._last_tick_index + (0 if self._due_ns is not None else 1)
+                    latency = self.episode.tick_of(index * 1_000_000_000 // self.control_rate) - tick
+                    self.stats["chunks_timed"] += 1
+                    self.stats["chunk_latency_ticks"] += latency
+                    self.stats["late_chunks"] += int(latency > 1)
                 # Publishing under the lock: destroy_node takes the lock before the publishers go.
                 if not stop.is_set():
                     self.chunk_pub.publish(conv.action_chunk_msg(stamp * 1e-9, pred.actions, 1.0 / self.control_rate))
@@ -610,6 +594,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 "stale_ticks": str(self.stats["stale_ticks"]),
                 "pairs_joint_mismatch": str(self.stats["pairs_joint_mismatch"]),
                 "stale_chunks_dropped": str(self.stats["stale_chunks_dropped"]),
+                "chunks_timed": str(self.stats["chunks_timed"]),
+                "chunk_latency_ticks": str(self.stats["chunk_latency_ticks"]),
+                "late_chunks": str(self.stats["late_chunks"]),
                 "rejected_images": str(self.stats["rejected_images"]),
                 "rejected_messages": str(rejections(self).total),
                 "chunks": str(self.chunk_count),
