@@ -53,6 +53,12 @@ from arm_act.common import realtime
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
+from arm_act.nodes.scheduling import (
+    AUTOMATIC_PRIORITY,
+    inference_priority_for,
+    read_priority,
+    thread_priority_descriptor,
+)
 from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
@@ -64,7 +70,8 @@ LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed"
 # Parameters read at configure: they may change only while unconfigured.
 CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "publish_attention")
 # Fixed when the node is created.
-FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart")
+FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
+                    "inference_thread_priority")
 MAX_IMAGE_PIXELS = 4096 * 4096
 JOINT_HISTORY = 16  # realtime: joint states kept by stamp (0.16 s at 100 Hz) to pair camera pairs with
 
@@ -106,6 +113,19 @@ class PolicyNode(ControllerNode, LifecycleNode):
         # Configure and activate at start-up (`ros2 run`); launch files set it false and drive
         # the transitions (launch_ros LifecycleNode + ChangeState).
         declare("autostart", True)
+        # SCHED_FIFO priority of the control tick (the executor thread; ros2_control's
+        # thread_priority, 0: normal), and of the inference thread (0: normal; else below the tick's).
+        declare("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
+                thread_priority_descriptor("the control tick (the executor thread)"))
+        declare("inference_thread_priority", AUTOMATIC_PRIORITY,
+                thread_priority_descriptor("the inference thread, below thread_priority; -1: thread_priority - 10",
+                                           automatic=True))
+        self.thread_priority = read_priority(self)
+        self.inference_priority = read_priority(self, "inference_thread_priority",
+                                                automatic=inference_priority_for(self.thread_priority))
+        if self.inference_priority and self.inference_priority >= self.thread_priority:
+            raise ValueError(f"inference_thread_priority {self.inference_priority} must be 0 or below "
+                             f"thread_priority {self.thread_priority}: the control tick preempts inference")
         for name in LIVE_PARAMETERS:
             reason = check_live_value(name, self.get_parameter(name).value)
             if reason:
@@ -172,6 +192,10 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if p("autostart"):
             if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
                 self.trigger_activate()
+        # The executable constructs the node on the thread that then spins it (node_main): the
+        # control tick's thread. On SCHED_FIFO only now, after the model loaded (seconds of CPU).
+        realtime.realtime_thread(self.thread_priority, "control tick (executor thread)", self.get_logger(),
+                                 reception_threads=True)
 
     # ------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -435,6 +459,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
     # ------------------------------------------------------------ inference thread
     def _inference_loop(self) -> None:
         realtime.name_os_thread("inference")
+        # Its own scheduling, not the one it inherits from the thread that configured the node
+        # (the executor thread, on SCHED_FIFO once the node is up).
+        realtime.realtime_thread(self.inference_priority, "inference thread", self.get_logger())
         runtime, stop = self.runtime, self._stop
         while not stop.is_set():
             try:

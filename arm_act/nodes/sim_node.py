@@ -34,6 +34,7 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
+from arm_act.nodes.scheduling import read_priority, thread_priority_descriptor
 from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -92,10 +93,14 @@ class SimNode(Node):
         self.declare_parameter("recorder_node", "bag_recorder")
         # After the last of `episodes` (> 0) episodes the process exits 0 (launch files end on it).
         self.declare_parameter("exit_when_done", True)
+        # SCHED_FIFO priority of the sim_loop thread (ros2_control's thread_priority; 0: normal).
+        self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
+                               thread_priority_descriptor("the sim_loop thread"))
 
         def param(name):
             return self.get_parameter(name).value
 
+        self.thread_priority = read_priority(self)
         self.mode = str(param("mode"))
         if self.mode not in ("realtime", "lockstep"):
             raise ValueError(f"mode={self.mode!r} must be 'realtime' or 'lockstep'")
@@ -172,6 +177,11 @@ class SimNode(Node):
         self._reset_wall_s = 0.0
         self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
         self._thread.start()
+        # The executor thread (this one, in the executable) runs the command callbacks, which hold
+        # the GIL: preempted by other work while it holds it, it would stall the sim_loop thread.
+        # So it is RT too, one below the tick (docs/architecture.md, "Threading").
+        realtime.realtime_thread(self.thread_priority - 1 if self.thread_priority > 1 else 0,
+                                 "executor thread", self.get_logger())
 
     # ------------------------------------------------------------ command input
     @guarded("arm command (holding the last valid target)")
@@ -257,6 +267,8 @@ class SimNode(Node):
 
     def _run(self) -> None:
         realtime.name_os_thread("sim_loop")
+        # The tick's thread on SCHED_FIFO (in the executable; ARM_ACT_REALTIME_TUNING=0: not).
+        realtime.realtime_thread(self.thread_priority, "sim_loop thread", self.get_logger(), reception_threads=True)
         try:
             self.state = "waiting"
             self._wait_for_peers()
