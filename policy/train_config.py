@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+MATMUL_PRECISIONS = ("fp32", "bf16")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -51,6 +53,12 @@ class TrainConfig:
     # masking them (policy.data.ChunkDataset): episodes end when the task succeeds, so
     # otherwise nothing teaches the chunk's tail near the release.
     hold_after_end: bool = False
+    # Matrix products on the CPU: "fp32", or "bf16": float32 tensors everywhere, but oneDNN
+    # rounds a product's inputs to bfloat16 and accumulates in float32 (AMX / AVX512-BF16;
+    # torch.backends.mkldnn.matmul.fp32_precision). 3x faster products on a CPU with AMX and
+    # the same loss curve within seed noise (docs/training.md, "Training speed"); ignored with
+    # a warning on a CPU without bf16 instructions, and on a GPU (which has autocast).
+    matmul_precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if not isinstance(self.init_from, str):
@@ -81,6 +89,8 @@ class TrainConfig:
         for name in ("augment", "hold_after_end"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision={self.matmul_precision!r} must be one of {MATMUL_PRECISIONS}")
         if self.num_workers != 0:
             raise ValueError(f"num_workers={self.num_workers!r}: only 0 is supported (batches "
                              "are gathered from in-memory arrays; workers would only copy)")

@@ -3,18 +3,23 @@
     python -m arm_act.bench.train_speed --data BAGS --steps 300 --out benchmarks/results/train_speed.json
 
 Variants (config/train_default.json, batch 32 global, the same seed and data):
-- before: one process, torch's dropout (policy/dropout.py IMPL = "torch"), what trained the
-  shipped checkpoint;
-- after: one process, the cheaper dropout mask (IMPL = "fast"; the default now);
-- after_ddp2: the cheaper mask on 2 DDP processes of one thread each, batch 16 per process
-  (`arm-act train --nproc-per-node 2`, a child process; its figure excludes start-up).
+- before: one process, the code that trained the shipped checkpoint: torch's dropout
+  (policy/dropout.py IMPL = "torch"), float32 matrix products, the clamped-index gather for
+  the augmentation's shift and AdamW's per-parameter loop (the last two bit-identical to
+  today's replacements, only slower);
+- after: one process, today's code and the recipe's config (the cheaper dropout mask, IMPL =
+  "fast"; matmul_precision as config/train_default.json sets it);
+- after_ddp2: today's code on 2 DDP processes of one thread each, batch 16 per process: what
+  the shipped recipe runs now (config/pipeline_default.yaml train_processes: 2; the same as
+  `arm-act train --nproc-per-node 2`, a child process here; its figure excludes start-up).
 The in-process variants run alternately (A B A B) so a change of machine load affects both;
 samples/s is train() 's own (training time only: no validation, no start-up). The loss
 curves (the training L1 every log_every steps) of before and after, same seed, are compared:
 the masks differ, so they agree within noise, not bit for bit; the report gives the largest
 difference, and for scale the same comparison between `before` and `before` with the next
 seed (curve_before_vs_before_next_seed) and each curve's step-to-step noise.
-*_recipe_training_minutes: the shipped recipe's 20 000 steps at that rate (the target: <= 64).
+*_recipe_training_minutes: the shipped recipe's 20 000 steps at that rate (the target: <= 64);
+recipe_training_minutes: at the rate of the variant the recipe runs (after_ddp2 when measured).
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ GROUNDING_LAYOUTS = 200  # the shipped recipe renders 12000; the per-sample cost
 RECIPE_STEPS = 12_000 + 5_000 + 3_000
 
 
-def _configs(steps: int, threads: int | None = None, seed: int | None = None):
+def _configs(steps: int, threads: int | None = None, seed: int | None = None, original: bool = False):
     from arm_act.common.paths import config_file
     from arm_act.policy.config import PolicyConfig
     from arm_act.policy.train_config import TrainConfig
@@ -47,6 +52,8 @@ def _configs(steps: int, threads: int | None = None, seed: int | None = None):
         train["threads"] = threads
     if seed is not None:
         train["seed"] = seed
+    if original:  # float32 products, as the shipped checkpoint was trained
+        train["matmul_precision"] = "fp32"
     return PolicyConfig(**recipe["policy"]), TrainConfig(**train), recipe
 
 
@@ -54,18 +61,36 @@ def _history(out: Path) -> list[dict]:
     return json.loads((out / "train_state" / "state.json").read_text())["history"]["train"]
 
 
-def run_in_process(data, impl: str, steps: int, out: Path, threads: int | None = None,
-                   seed: int | None = None) -> dict:
-    from arm_act.policy import dropout
-    from arm_act.policy.train import train
+def clamped_gather_shift(flat, shift, pad: int):
+    """The augmentation's shift as the shipped checkpoint's code made it: one gather with
+    clamped indices (policy/data.py's edge-padded windows give the same pixels, faster)."""
+    import torch
 
-    policy_config, train_config, _ = _configs(steps, threads, seed)
-    previous, dropout.IMPL = dropout.IMPL, impl
+    bc, h, w, _ = flat.shape
+    rows = (torch.arange(h)[None, :] + shift[0][:, None]).clamp_(0, h - 1)  # (BC, H)
+    cols = (torch.arange(w)[None, :] + shift[1][:, None]).clamp_(0, w - 1)  # (BC, W)
+    n = torch.arange(bc)[:, None, None]
+    return flat[n, rows[:, :, None], cols[:, None, :]]
+
+
+def run_in_process(data, impl: str, steps: int, out: Path, threads: int | None = None,
+                   seed: int | None = None, original: bool = False) -> dict:
+    """impl: policy/dropout.py IMPL; original: also the shift gather and optimizer loop the
+    shipped checkpoint was trained with (the `before` variant)."""
+    from arm_act.policy import data as policy_data
+    from arm_act.policy import dropout
+    from arm_act.policy import train as train_module
+
+    policy_config, train_config, _ = _configs(steps, threads, seed, original)
+    saved = dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH
+    dropout.IMPL = impl
+    if original:
+        policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH = clamped_gather_shift, False
     try:
-        metrics = train(data.demos, policy_config, train_config, out, resume=False, progress=False,
-                        data_info=data.info, grounding=data.grounding, device="cpu")
+        metrics = train_module.train(data.demos, policy_config, train_config, out, resume=False, progress=False,
+                                     data_info=data.info, grounding=data.grounding, device="cpu")
     finally:
-        dropout.IMPL = previous
+        dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH = saved
     return {"samples_per_s": metrics["samples_per_s"], "train_time_s": metrics["train_time_s"],
             "curve": [(p["step"], p["l1"]) for p in _history(out)]}
 
@@ -131,12 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeats):
             for name, impl in (("before", "torch"), ("after", "fast")):
                 print(f"train_speed: {name} round {r + 1}", file=sys.stderr, flush=True)
-                runs[name].append(run_in_process(data, impl, args.steps, scratch / f"{name}{r}"))
+                runs[name].append(run_in_process(data, impl, args.steps, scratch / f"{name}{r}",
+                                                 original=name == "before"))
         other_seed = None
         if not args.no_seed_noise:
             print("train_speed: before with the next seed", file=sys.stderr, flush=True)
             other_seed = run_in_process(data, "torch", args.steps, scratch / "before_seed",
-                                        seed=train_config.seed + 1)
+                                        seed=train_config.seed + 1, original=True)
         ddp = None
         if not args.no_ddp:
             print("train_speed: after_ddp2", file=sys.stderr, flush=True)
@@ -151,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames": sum(e.n_frames for e in data.demos), "grounding_layouts": GROUNDING_LAYOUTS,
         "episodes": len(data.demos), "torch": torch.__version__, "usable_cpus": len(os.sched_getaffinity(0)),
         "load_average_1m_start": started, "load_average_1m_end": os.getloadavg()[0],
+        "after_matmul_precision": train_config.matmul_precision,
         "before_samples_per_s": before, "after_samples_per_s": after, "speedup_after": after / before,
         "runs_samples_per_s": {k: [row["samples_per_s"] for row in v] for k, v in runs.items()},
         "curve_before_vs_after": compare_curves(runs["before"][0]["curve"], runs["after"][0]["curve"]),
@@ -172,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         value = report.get(f"{key}_samples_per_s")
         if value:
             report[f"{key}_recipe_training_minutes"] = samples / value / 60
+    recipe = "after_ddp2" if report.get("after_ddp2_samples_per_s") else "after"
+    report["recipe_variant"] = recipe
+    report["recipe_training_minutes"] = report[f"{recipe}_recipe_training_minutes"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     summary = {k: v for k, v in report.items() if k != "curves"}

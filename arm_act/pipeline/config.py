@@ -126,6 +126,9 @@ class PipelineConfig:
     eval_threads: int = 1
     eval_latency_ticks: int = 1
     source: str = ""
+    # Data-parallel processes for training on the CPU (torchrun; at most the usable CPUs;
+    # `arm-act pipeline --nproc-per-node N` overrides it; a GPU run trains in one process).
+    train_processes: int = 1
     extra: dict = field(default_factory=dict)
 
     def policy_config(self):
@@ -151,7 +154,7 @@ def _time_limit(where: str, value: Any) -> float:
 def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
     top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
-                                   "eval_threads", "eval_latency_ticks", "notes"})
+                                   "eval_threads", "eval_latency_ticks", "train_processes", "notes"})
     blocks = _blocks("blocks", top.get("blocks", "2-5"))
     workers = _int("workers", top.get("workers", 1), 1)
     demos_raw = top.get("demos")
@@ -232,7 +235,8 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
         raise PipelineConfigError(f"evals names {[e.name for e in evals]} must be unique")
     config = PipelineConfig(tuple(demos), policy, train, tuple(rounds), tuple(evals), robustness, blocks, workers,
                             _int("eval_threads", top.get("eval_threads", 1), 1),
-                            _int("eval_latency_ticks", top.get("eval_latency_ticks", 1), 0), source)
+                            _int("eval_latency_ticks", top.get("eval_latency_ticks", 1), 0), source,
+                            train_processes=_int("train_processes", top.get("train_processes", 1), 1))
     try:  # every stage's policy and train config is valid before anything runs
         config.policy_config()
         config.train_config()

@@ -262,8 +262,9 @@ class Pipeline:
         out = self.checkpoint_dir(name)
         cache = self.out / "cache"
         policy_config = self.config.policy_config()
-        if self.options.nproc_per_node:
-            self._train_distributed(name, data, out, cache, policy_config, train_config)
+        nproc = self.train_processes()
+        if nproc:
+            self._train_distributed(name, data, out, cache, policy_config, train_config, nproc)
         else:
             from arm_act.data.dataset import DatasetError
             from arm_act.data.training import train_from_bags
@@ -281,18 +282,33 @@ class Pipeline:
                 "wall_time_s": metrics.get("wall_time_s"), "samples_per_s": metrics.get("samples_per_s"),
                 "episodes": metrics.get("data", {}).get("episodes"), "frames": metrics.get("data", {}).get("frames")}
 
-    def _train_distributed(self, name, data, out, cache, policy_config, train_config) -> None:
+    def train_processes(self) -> int | None:
+        """torchrun's process count for a training stage, None to train in this process:
+        --nproc-per-node when given, else the recipe's train_processes (capped at the usable
+        CPUs) when training on the CPU and it is > 1."""
+        if self.options.nproc_per_node:
+            return self.options.nproc_per_node
+        from arm_act.policy.device import DeviceError, resolve_device
+
+        wanted = min(self.config.train_processes, len(os.sched_getaffinity(0)))
+        try:
+            on_cpu = resolve_device(self.options.device).type == "cpu"
+        except DeviceError:  # the in-process run reports it
+            return None
+        return wanted if wanted > 1 and on_cpu else None
+
+    def _train_distributed(self, name, data, out, cache, policy_config, train_config, nproc: int) -> None:
         spec = self.out / "stages" / f".train_{name}.json"
         _write_json(spec, {"data": [str(p) for p in data], "out": str(out), "cache": str(cache),
                            "policy": policy_config.to_dict(), "train": train_config.to_dict(),
                            "device": self.options.device})
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={self.options.nproc_per_node}", "-m", "arm_act.pipeline.train_worker",
+                   f"--nproc-per-node={nproc}", "-m", "arm_act.pipeline.train_worker",
                    str(spec)]
         logger.info("train %s: %s", name, " ".join(command))
         status = subprocess.call(command)
         if status:
-            raise PipelineError(f"train {name}: torchrun with {self.options.nproc_per_node} processes exited "
+            raise PipelineError(f"train {name}: torchrun with {nproc} processes exited "
                                 f"with status {status}")
 
     def _eval_config(self, episodes: int, seed: int, blocks: str, time_limit: float):
