@@ -237,10 +237,11 @@ def test_sim_node_puts_its_sim_loop_on_sched_fifo_as_launch_starts_it(ros_contex
         "untuned": _Node(tmp_path, "untuned", "sim_node", "sim.yaml", {"seed": 0},
                          _env(ros_context, ARM_ACT_REALTIME_TUNING="0")),
         "bad": _Node(tmp_path, "bad", "sim_node", "sim.yaml", {"thread_priority": 120}, env),
+        "lockstep": _Node(tmp_path, "lockstep", "sim_node", "sim.yaml", {"mode": "lockstep"}, env),
     }
     try:
         # Each sim_loop logs "waiting for a controller" right after its scheduling is set.
-        for label in ("rt", "zero", "untuned"):
+        for label in ("rt", "zero", "untuned", "lockstep"):
             _wait_for(lambda n=nodes[label]: "waiting for a controller" in n.text(), 60,
                       f"sim_node ({label}) to start", nodes.values())
         rt = _threads(nodes["rt"].proc.pid)
@@ -252,7 +253,10 @@ def test_sim_node_puts_its_sim_loop_on_sched_fifo_as_launch_starts_it(ros_contex
         assert "sim_loop thread on SCHED_FIFO priority 42" in nodes["rt"].text()
         assert "executor thread on SCHED_FIFO priority 41" in nodes["rt"].text()
         assert all(policy == os.SCHED_OTHER for policy, _ in _threads(nodes["zero"].proc.pid).values())
-        assert "sim_loop thread on the normal scheduler (SCHED_OTHER; thread_priority 0)" in nodes["zero"].text()
+        assert "sim_loop thread on the normal scheduler (SCHED_OTHER)" in nodes["zero"].text()
+        # Lockstep has no wall-clock deadline: its loop runs flat out, so not on SCHED_FIFO.
+        assert all(policy == os.SCHED_OTHER for policy, _ in _threads(nodes["lockstep"].proc.pid).values())
+        assert "no wall-clock deadline" in nodes["lockstep"].text()
         assert all(policy == os.SCHED_OTHER for policy, _ in _threads(nodes["untuned"].proc.pid).values())
         assert "SCHED_FIFO" not in nodes["untuned"].text()
         assert nodes["bad"].proc.wait(timeout=60) == 1
@@ -260,7 +264,7 @@ def test_sim_node_puts_its_sim_loop_on_sched_fifo_as_launch_starts_it(ros_contex
     finally:
         for node in nodes.values():
             node.stop()
-    for label in ("rt", "zero", "untuned"):
+    for label in ("rt", "zero", "untuned", "lockstep"):
         assert nodes[label].proc.returncode == 0, nodes[label].text()[-2000:]
 
 

@@ -133,7 +133,7 @@ class Scheduling:
         if self.fifo:
             return f"{what} on SCHED_FIFO priority {self.priority}"
         if self.requested == 0:
-            return f"{what} on the normal scheduler (SCHED_OTHER; thread_priority 0)"
+            return f"{what} on the normal scheduler (SCHED_OTHER)"
         return f"{what} stays on the normal scheduler (SCHED_OTHER): {self.reason}"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from arm_act.common import realtime
 from arm_act.nodes.controller import ControllerNode
-from arm_act.nodes.scheduling import read_priority, thread_priority_descriptor
+from arm_act.nodes.scheduling import normal_when_unpaced, read_priority, thread_priority_descriptor
 from arm_act.ros import conversions as conv
 from arm_act.sim import ExpertConfig, ScriptedExpert, perturbation_rng
 
@@ -29,7 +29,8 @@ class ExpertNode(ControllerNode):
         # thread the executable constructs the node on; ros2_control's thread_priority, 0: normal).
         self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
                                thread_priority_descriptor("the control tick (the executor thread)"))
-        realtime.realtime_thread(read_priority(self), "control tick (executor thread)", self.get_logger(),
+        (priority,) = normal_when_unpaced(self, self.mode == "realtime", read_priority(self))
+        realtime.realtime_thread(priority, "control tick (executor thread)", self.get_logger(),
                                  reception_threads=True)
 
     def observation_complete(self, stamp_ns: int, tick: int) -> bool:

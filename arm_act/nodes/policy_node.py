@@ -56,6 +56,7 @@ from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.scheduling import (
     AUTOMATIC_PRIORITY,
     inference_priority_for,
+    normal_when_unpaced,
     read_priority,
     thread_priority_descriptor,
 )
@@ -126,6 +127,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if self.inference_priority and self.inference_priority >= self.thread_priority:
             raise ValueError(f"inference_thread_priority {self.inference_priority} must be 0 or below "
                              f"thread_priority {self.thread_priority}: the control tick preempts inference")
+        self.thread_priority, self.inference_priority = normal_when_unpaced(
+            self, self.mode == "realtime", self.thread_priority, self.inference_priority)
         for name in LIVE_PARAMETERS:
             reason = check_live_value(name, self.get_parameter(name).value)
             if reason:

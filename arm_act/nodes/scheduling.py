@@ -39,3 +39,15 @@ def read_priority(node, name: str = "thread_priority", automatic: int | None = N
     if reason:
         raise ValueError(reason)
     return int(value)
+
+
+def normal_when_unpaced(node, paced: bool, *priorities: int) -> tuple[int, ...]:
+    """`priorities`, or all 0 when the node has no wall-clock deadline (lockstep, or sim_node
+    with real_time_factor 0). Such a loop runs flat out, not periodically: on SCHED_FIFO it
+    would take the cores from every normal process (a bag recorder too) up to RT throttling's
+    95 %. Logged once, in the executables (where the priorities would apply)."""
+    if paced or not any(priorities) or not realtime.enabled():
+        return priorities
+    node.get_logger().info("no wall-clock deadline (lockstep or real_time_factor 0): the threads stay on the "
+                           "normal scheduler; thread_priority applies in realtime")
+    return tuple(0 for _ in priorities)

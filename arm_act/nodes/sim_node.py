@@ -34,7 +34,7 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
-from arm_act.nodes.scheduling import read_priority, thread_priority_descriptor
+from arm_act.nodes.scheduling import normal_when_unpaced, read_priority, thread_priority_descriptor
 from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -175,6 +175,8 @@ class SimNode(Node):
         # and the wall time the last env.reset took (the hold before a reset runs that far ahead).
         self._pace_ref: tuple[float, float] | None = None
         self._reset_wall_s = 0.0
+        (self.thread_priority,) = normal_when_unpaced(self, self.mode == "realtime" and self.real_time_factor > 0,
+                                                      self.thread_priority)
         self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
         self._thread.start()
         # The executor thread (this one, in the executable) runs the command callbacks, which hold
