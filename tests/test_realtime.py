@@ -333,3 +333,19 @@ def test_policy_node_puts_its_control_tick_on_sched_fifo_above_inference(ros_con
             node.stop()
     for label in ("rt", "default", "zero"):
         assert nodes[label].proc.returncode == 0, nodes[label].text()[-2000:]
+
+
+@pytest.mark.unit
+def test_the_bench_records_which_threads_are_on_sched_fifo():
+    from arm_act.bench.over_dds import sched_fifo_threads
+
+    def look():
+        realtime.name_os_thread("rt_probe_test")
+        scheduling = realtime.set_thread_priority(33)
+        return scheduling, sched_fifo_threads({"this": os.getpid()})["this"]
+
+    scheduling, seen = _in_thread(look)["result"]
+    if not scheduling.fifo:
+        pytest.skip(f"SCHED_FIFO not permitted here: {scheduling.reason}")
+    assert seen == {f"rt_probe_test[{scheduling.tid}]": 33}  # that thread, and no other of this process
+    assert sched_fifo_threads({"this": os.getpid()})["this"] == {}  # it has ended
