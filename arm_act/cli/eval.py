@@ -148,7 +148,8 @@ def _print_live(summary: dict) -> None:
     print(f"  live: {live['wall_time_s']:.0f} s at real-time factor {live['real_time_factor']:g}, "
           f"load average {live['load_average_before'][0]:.2f} before, "
           f"{live['load_average_after'][0]:.2f} after ({live['cpus']} CPUs)")
-    print(f"  real time: missed ticks {totals['missed_ticks_sim']} (sim) {totals['missed_ticks_wall']} (wall) "
+    print(f"  real time: missed ticks {totals.get('missed_ticks')} (policy_node's count; the probe saw "
+          f"{totals['missed_ticks_sim']} in sim time, {totals['missed_ticks_wall']} in wall time) "
           f"of {totals['commands']} commands; chunks later than 1 tick {totals.get('late_chunks')} of "
           f"{totals.get('chunks_timed')} (mean latency {totals.get('chunk_latency_ticks_mean')} ticks); "
           f"pairs without chunk {totals['pairs_without_chunk']} of {totals['camera_pairs']}; "
