@@ -21,13 +21,17 @@ def die_with_parent() -> None:
 
 
 def ros_args(params: dict, params_file: Path | None = None) -> list[str]:
-    """['--ros-args', '--params-file', FILE, '-p', 'key:=value', ...]"""
+    """['--ros-args', '--params-file', FILE, '-p', 'key:=value', ...]. rcl reads each value
+    as YAML, so a str is single-quoted: "6", "true" or "1e3" would otherwise arrive as a
+    number or a bool, and a string parameter refuses them."""
     args = ["--ros-args"]
     if params_file is not None:
         args += ["--params-file", str(params_file)]
     for key, value in params.items():
         if isinstance(value, bool):
             value = "true" if value else "false"
+        elif isinstance(value, str):
+            value = "'" + value.replace("'", "''") + "'"
         args += ["-p", f"{key}:={value}"]
     return args
 

@@ -252,8 +252,7 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
                 "max_joint_speed": settings.max_joint_speed, "device": settings.device,
                 "publish_attention": False}, config_file("policy.yaml")), env)
         children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
-            # Quoted: `-p blocks:=6` would be read as an integer, and sim_node wants a string.
-            **common, "real_time_factor": config.real_time_factor, "seed": config.seed, "blocks": f"'{config.blocks}'",
+            **common, "real_time_factor": config.real_time_factor, "seed": config.seed, "blocks": config.blocks,
             "episodes": config.episodes, "camera_rate": config.camera_rate,
             "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
         # Before the first episode: the start-up; then no episode may take longer than its
