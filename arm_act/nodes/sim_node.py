@@ -167,6 +167,15 @@ class SimNode(Node):
         self._applied_arm: np.ndarray | None = None
         self._applied_gripper: float | None = None
         self._ticks_published = 0
+        # Realtime ground truth of command delivery, per control period (from one tick's
+        # observation to the next): periods in which no arm command arrived (the arm tracks the
+        # previous target for the whole period, as a ros2_control hardware interface would see a
+        # missed command) and commands beyond the first in one period (_count_command_period).
+        self.control_periods = 0
+        self.periods_without_command = 0
+        self.extra_commands = 0
+        self._period_arm_count: int | None = None
+        self._episode_arm_count = 0
         self._last_images: dict[str, np.ndarray] | None = None
         # Images of the next camera tick, rendered before the realtime wait for that tick so
         # its observation (and /clock) goes out on time instead of a render later.
@@ -332,6 +341,7 @@ class SimNode(Node):
         self._prerendered = None
         while not self._stop.is_set():
             if step % self.steps_per_command == 0:
+                self._count_command_period(step)
                 self._publish_observation(step)
                 if not self._wait_for_command():
                     return
@@ -395,6 +405,31 @@ class SimNode(Node):
             self._stop.wait(ahead)
         elif ahead < -MAX_LAG_S:
             self._pace_ref = (now, self.sim_time)
+
+    def _count_command_period(self, step: int) -> None:
+        """Realtime, at each control tick before its observation goes out: count the arm
+        commands that arrived in the period ending now. Counting starts at the first tick after
+        the episode's first command (a realtime policy sends nothing before its first chunk,
+        by design: the arm holds its reset pose); a paused period is not counted."""
+        with self._lock:
+            count, paused = self._arm_count, self._paused
+        if step == 0:
+            self._episode_arm_count, self._period_arm_count = count, None
+            return
+        if self.mode != "realtime" or paused:
+            self._period_arm_count = None if self._period_arm_count is None else count
+            return
+        if self._period_arm_count is None:
+            if count > self._episode_arm_count:
+                self._period_arm_count = count
+            return
+        new = count - self._period_arm_count
+        self.control_periods += 1
+        if new == 0:
+            self.periods_without_command += 1
+        elif new > 1:
+            self.extra_commands += new - 1
+        self._period_arm_count = count
 
     def _apply_latest_command(self) -> None:
         with self._lock:
@@ -477,7 +512,10 @@ class SimNode(Node):
         waiting = list(self.waiting) if self.state == "waiting" else []
         values = {"state": self.state, "episode": str(self.episode_index), "sim_time": f"{self.sim_time:.3f}",
                   "waiting_for": "; ".join(waiting) or "nothing", "paused": str(self._paused).lower(),
-                  "rejected_messages": str(rejections(self).total)}
+                  "rejected_messages": str(rejections(self).total),
+                  "control_periods": str(self.control_periods),
+                  "periods_without_command": str(self.periods_without_command),
+                  "extra_commands": str(self.extra_commands)}
         level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
         message = ("waiting for " + "; ".join(waiting)) if waiting else self.state
         status = DiagnosticStatus(level=level, name=f"{self.get_name()}: sim", message=message, hardware_id="arm_act",
