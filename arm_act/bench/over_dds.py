@@ -14,6 +14,33 @@ warm-up from the first command. Sim-time periods are quantised by /clock, which 
 publishes at its joint-state rate (100 Hz: 10 ms steps). A period longer than 1.5 x nominal
 counts round(period / nominal) - 1 missed ticks.
 
+Sim time sent (control_period_sim_sent_*, missed_ticks_sim_sent): the sim-time label above is
+the newest /clock the probe's executor had taken before the command, but /clock and the
+commands are two DDS readers, and the executor can take a command before the /clock of its
+own tick (both waiting at once, or the /clock sample still in delivery). Such a command is
+labelled one 10 ms step early: periods of 10 then 30 ms, and the 30 ms one (30 ms + 1 ns from
+float sim seconds) counts as a missed tick that never happened. The sent label instead takes,
+by the DDS source timestamps (the publishers' write times, one machine's clock), the newest
+/clock sim_node published before policy_node published the command: the sim time the command
+was sent in, independent of the order the probe takes them. It also leaves out the period whose
+second command was sent after sim_node published the episode's end (by the same timestamps):
+after an episode ends, sim_node runs its hold between episodes ahead of the wall clock (it makes
+up the reset's time there), a burst of /clock steps 1 ms apart, so an episode's last command,
+still taken inside the episode because the probe takes the "ended" message later, was labelled
+30-40 ms after the one before it: one "missed" tick per such episode end, seen in measured runs;
+sim_node itself counts nothing there (the episode ended before the next tick).
+commands_received_before_their_clock counts the commands whose receipt label is earlier than the
+sent label. The old fields keep their definitions, so old and new results compare.
+
+At sim (missed_ticks_at_sim, extra_commands_at_sim, control_periods_at_sim over at_sim_seconds of
+sim time): sim_node's own count, read from its sim/diagnostics (once per wall second, so the
+window is the diagnostics samples inside the measuring window), of the control periods (one
+tick's observation to the next, from the tick after an episode's first command) in which no arm
+command arrived, so the arm tracked the previous target for a whole period, as a ros2_control
+hardware interface would see a missed command, and of the commands beyond one in a period. This
+is the ground truth the others estimate: a command late past the next tick shows here as one
+period without and one extra.
+
 Observation to command: for the camera pair stamped s, from the wall time the probe has
 received both images of s to the first arm command the probe receives after the chunk
 stamped s arrived. It includes transport both ways, waiting for the inference worker,
@@ -63,7 +90,9 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "obs_to_command_pairs", "ros_seconds", "ros_rtf", "ros_camera_rate_hz",
             "ros_backend", "ros_node_inference_ms_p50", "ros_sim_seconds", "ros_cpu_s_per_sim_s",
             "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred", "ros_thread_priority",
-            "ros_sched_fifo_threads", "ros_realtime_tuning")
+            "ros_sched_fifo_threads", "ros_realtime_tuning", "control_period_sim_sent_p50_ms",
+            "control_period_sim_sent_p99_ms", "missed_ticks_sim_sent", "commands_received_before_their_clock",
+            "missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds")
 
 
 def _key(stamp_ns: int) -> int:
@@ -93,6 +122,12 @@ class _Probe:
         self.clock_samples: list[tuple[float, int]] = []  # (wall s, sim ns)
         self.running_episode: int | None = None
         self.commands: list[tuple[float, int, int | None]] = []  # (wall s, sim ns, episode)
+        # DDS source timestamps (the publisher's write time, ns), aligned with clock_samples and
+        # commands: which /clock was published before a command ("Sim time sent", above).
+        self.clock_sent: list[tuple[int, int]] = []  # (source ns, sim ns)
+        self.command_sent_ns: list[int] = []
+        self.episode_end_sent_ns: list[int] = []  # source ns of each "episode ended" message
+        self.sim_diagnostics: list[tuple[float, dict[str, str]]] = []  # (wall s, sim_node's values)
         self.pairs: dict[int, dict[str, float]] = {}  # stamp key -> {camera: wall s}
         self.chunks: dict[int, float] = {}  # stamp key -> wall s
         self.inference_ms: list[tuple[float, float]] = []  # (wall s, node's inference ms)
@@ -102,28 +137,41 @@ class _Probe:
         sub(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
         sub(JointTrajectory, "policy/action_chunk", self.chunk_callback, 10)
         sub(DiagnosticArray, "policy/diagnostics", self.diagnostics_callback, 10)
+        sub(DiagnosticArray, "sim/diagnostics", self.sim_diagnostics_callback, 10)
         for camera in cameras:
             sub(Image, f"camera/{camera}/image_raw",
                 lambda msg, c=camera: self.image_callback(c, msg), SENSOR_DATA)
 
-    def clock_callback(self, msg) -> None:
+    def clock_callback(self, msg, info) -> None:
         now = time.monotonic()
         with self.lock:
             self.clock_ns = self.conv.stamp_to_ns(msg.clock)
             self.clock_samples.append((now, self.clock_ns))
+            self.clock_sent.append((int(info["source_timestamp"]), self.clock_ns))
 
-    def command_callback(self, msg) -> None:
+    def command_callback(self, msg, info) -> None:
         now = time.monotonic()
         with self.lock:
             self.commands.append((now, self.clock_ns, self.running_episode))
+            self.command_sent_ns.append(int(info["source_timestamp"]))
 
-    def episode_callback(self, msg) -> None:
+    def sim_diagnostics_callback(self, msg) -> None:
+        now = time.monotonic()
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "periods_without_command" in values:
+                with self.lock:
+                    self.sim_diagnostics.append((now, values))
+
+    def episode_callback(self, msg, info_) -> None:
         try:
             info = self.conv.episode_from_msg(msg)
         except self.conv.ConversionError:
             return
         with self.lock:
             self.running_episode = info.episode if info.state == "running" else None
+            if info.state != "running":
+                self.episode_end_sent_ns.append(int(info_["source_timestamp"]))
 
     def image_callback(self, camera: str, msg) -> None:
         now = time.monotonic()
@@ -240,11 +288,44 @@ def _pct(values, q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
+def _sent_sim_ns(commands_sent: list[int], clock_sent: list[tuple[int, int]]) -> list[int]:
+    """Per command, the sim time of the newest /clock published before it (by the DDS
+    source timestamps of both; -1 before the first)."""
+    clocks = sorted(clock_sent)
+    sources = [c[0] for c in clocks]
+    out = []
+    for sent in commands_sent:
+        i = bisect.bisect_right(sources, sent)
+        out.append(clocks[i - 1][1] if i else -1)
+    return out
+
+
+def _at_sim(samples: list[tuple[float, dict[str, str]]], start: float, end: float) -> dict[str, Any]:
+    """sim_node's own count of command delivery (its sim/diagnostics, once per wall second)
+    between its first sample at or after start and its last at or before end."""
+    inside = [(w, v) for w, v in samples if start <= w <= end]
+    keys = ("missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds")
+    if len(inside) < 2:
+        return dict.fromkeys(keys)
+    (_, a), (_, b) = inside[0], inside[-1]
+    try:
+        def diff(key):
+            return int(b[key]) - int(a[key])
+        return dict(zip(keys, (diff("periods_without_command"), diff("extra_commands"),
+                               diff("control_periods"), float(b["sim_time"]) - float(a["sim_time"])), strict=True))
+    except (KeyError, ValueError):
+        return dict.fromkeys(keys)
+
+
 def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE) -> dict[str, Any]:
     """The figures from what the probe recorded between wall times start and end."""
     nominal = 1e3 / control_rate
     with probe.lock:
         commands = list(probe.commands)
+        commands_sent = list(getattr(probe, "command_sent_ns", []))
+        clock_sent = list(getattr(probe, "clock_sent", []))
+        sim_diagnostics = list(getattr(probe, "sim_diagnostics", []))
+        ends = sorted(getattr(probe, "episode_end_sent_ns", []))
         pairs = {k: dict(v) for k, v in probe.pairs.items()}
         chunks = dict(probe.chunks)
         clock = list(probe.clock_samples)
@@ -255,6 +336,18 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
             wall.append((w1 - w0) * 1e3)
             sim.append((s1 - s0) / 1e6)
     wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
+    sent, received_first = [], 0
+    if commands_sent and len(commands_sent) == len(commands):
+        labels = _sent_sim_ns(commands_sent, clock_sent)
+        for i, ((w0, _, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
+            # Not a period whose second command was sent after sim_node ended the episode (the
+            # probe takes the "ended" message later, on its own reader): see the docstring.
+            ended = bisect.bisect_right(ends, commands_sent[i + 1]) > bisect.bisect_right(ends, commands_sent[i])
+            if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
+                received_first += s1 < labels[i + 1]
+                if not ended:
+                    sent.append((labels[i + 1] - labels[i]) / 1e6)
+    sent_arr = np.asarray(sent)
     command_walls = [c[0] for c in commands]
     latencies = []
     complete = inferred = 0
@@ -286,6 +379,11 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "control_period_sim_p99_ms": _pct(sim_arr, 99),
         "missed_ticks_sim": _missed(sim_arr, nominal),
         "control_periods": len(wall),
+        "control_period_sim_sent_p50_ms": _pct(sent_arr, 50),
+        "control_period_sim_sent_p99_ms": _pct(sent_arr, 99),
+        "missed_ticks_sim_sent": _missed(sent_arr, nominal) if len(sent) else None,
+        "commands_received_before_their_clock": received_first if len(sent) else None,
+        **_at_sim(sim_diagnostics, start, end),
         "obs_to_command_ms_p50": _pct(latencies, 50), "obs_to_command_ms_p99": _pct(latencies, 99),
         "obs_to_command_pairs": len(latencies),
         "camera_pairs": complete, "camera_pairs_inferred": inferred,

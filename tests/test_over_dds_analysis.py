@@ -1,0 +1,132 @@
+"""The bench's command-delivery figures (arm_act/bench/over_dds.py analyse): the probe's
+receipt-order sim time, the sim time each command was sent in (DDS source timestamps), and
+sim_node's own count of control periods without a new command."""
+import threading
+
+import pytest
+
+from arm_act.bench import over_dds
+from arm_act.bench.realtime_summary import summarize
+
+MS = 1_000_000
+
+
+class Probe:
+    cameras = ("front", "wrist")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.commands, self.pairs, self.chunks = [], {}, {}
+        self.clock_samples, self.inference_ms = [], []
+        self.clock_sent, self.command_sent_ns, self.sim_diagnostics = [], [], []
+        self.episode_end_sent_ns = []
+
+
+def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100):
+    """A 20 ms control loop over a 10 ms /clock, as the probe records it. Each tick's command
+    is sent 3 ms after its /clock (source times: wall ns of the publisher). Normally the probe
+    takes /clock then the command; for late_clock_ticks it takes the command first (another
+    DDS reader), so the receipt-order label is the previous 10 ms step. skipped_ticks: no
+    command at all. sim_node's diagnostics count the periods without a command."""
+    probe = Probe()
+    without = 0
+    for step in range(2 * ticks + 2):
+        # sim_node's clock is float seconds rounded to the ns: steps are 10 ms +- 1 ns.
+        sim_ns, wall = step * 10 * MS - step % 2, 10.0 + step * 0.010
+        tick, on_tick = divmod(step, 2)
+        clock = (wall + 0.0005, int(wall * 1e9), sim_ns)  # (received, sent, sim)
+        command = None
+        if on_tick == 0 and tick not in skipped_ticks:
+            command = (wall + 0.004, int((wall + 0.003) * 1e9))
+        events = [("clock", clock[0], clock)] + ([("command", command[0], command)] if command else [])
+        if tick in late_clock_ticks and command and on_tick == 0:
+            events = [("command", clock[0] - 0.0001, command), ("clock", command[0], clock)]
+        for kind, _, item in sorted(events, key=lambda e: e[1]):
+            if kind == "clock":
+                probe.clock_ns = item[2]
+                probe.clock_samples.append((item[0], item[2]))
+                probe.clock_sent.append((item[1], item[2]))
+            else:
+                label = probe.clock_ns if hasattr(probe, "clock_ns") else -1
+                probe.commands.append((item[0], label, 0))
+                probe.command_sent_ns.append(item[1])
+        if on_tick == 0 and tick > 0 and (tick - 1) in skipped_ticks:
+            without += 1
+        if step % 20 == 0:  # sim_node's diagnostics, every 200 ms here
+            probe.sim_diagnostics.append((wall + 0.001, {
+                "periods_without_command": str(without), "extra_commands": "0",
+                "control_periods": str(max(tick, 0)), "sim_time": f"{sim_ns / 1e9:.3f}"}))
+    return over_dds.analyse(probe, start=10.0, end=10.0 + 2 * ticks * 0.010 + 0.02)
+
+
+@pytest.mark.unit
+def test_a_command_taken_before_its_clock_is_the_old_artifact_and_no_miss():
+    result = _run(late_clock_ticks=(30, 70))
+    # The receipt-order label puts ticks 30 and 70 10 ms early: periods 10 then 30 ms (+ 1 ns),
+    # and the 30 ms period rounds to one "missed" tick each (round(1.5) == 2).
+    assert result["missed_ticks_sim"] == 2
+    assert result["commands_received_before_their_clock"] == 2
+    # By publication order every period is 20 ms, and sim_node saw a command in every period.
+    assert result["missed_ticks_sim_sent"] == 0
+    assert result["control_period_sim_sent_p99_ms"] == pytest.approx(20.0)
+    assert result["missed_ticks_at_sim"] == 0
+    assert result["control_periods_at_sim"] > 80
+
+
+@pytest.mark.unit
+def test_a_skipped_command_is_counted_by_every_figure():
+    result = _run(skipped_ticks=(40,))
+    assert result["missed_ticks_sim"] == result["missed_ticks_sim_sent"] == result["missed_ticks_wall"] == 1
+    assert result["commands_received_before_their_clock"] == 0
+    assert result["missed_ticks_at_sim"] == 1
+    lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+                                 "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                 "machine": {"load_average_1m_start": 1.0}}))
+    assert "control periods with no new arm command 1" in lines
+    assert "target missed_ticks_at_sim == 0: 1 -> NOT met" in lines
+
+
+@pytest.mark.unit
+def test_sim_figures_are_null_without_sim_diagnostics_and_old_results_print_as_before():
+    probe = Probe()
+    probe.commands = [(10.0 + 0.02 * i, 20 * MS * i, 0) for i in range(10)]
+    result = over_dds.analyse(probe, start=10.0, end=11.0)
+    assert result["missed_ticks_at_sim"] is None and result["missed_ticks_sim_sent"] is None
+    assert result["missed_ticks_sim"] == 0
+    old = {k: v for k, v in result.items() if k in ("control_period_sim_p50_ms", "control_period_sim_p99_ms",
+                                                       "missed_ticks_sim", "control_period_wall_p50_ms",
+                                                       "control_period_wall_p99_ms", "missed_ticks_wall",
+                                                       "control_periods", "ros_seconds")}
+    old.update(label="old", ros_rtf=1.0, ros_camera_rate_hz=10, ros_backend="onnx", obs_to_command_ms_p50=20.0,
+               obs_to_command_ms_p99=24.0, machine={"load_average_1m_start": 1.0})
+    lines = "\n".join(summarize(old))
+    assert "at sim_node" not in lines and "missed_ticks_at_sim" not in lines
+
+
+@pytest.mark.unit
+def test_an_episodes_last_command_sent_during_the_hold_burst_is_no_miss():
+    """sim_node ends the episode at tick 50 and runs its hold ahead of the wall clock: /clock
+    steps 1 ms apart. The last command (answering tick 49) is sent after the end and after
+    /clock had raced 30 ms on; the probe still takes it inside the episode."""
+    probe = Probe()
+    for tick in range(50):
+        wall, sim_ns = 10.0 + tick * 0.020, tick * 20 * MS + 1
+        probe.clock_samples.append((wall + 0.0005, sim_ns))
+        probe.clock_sent.append((int(wall * 1e9), sim_ns))
+        if tick < 49:
+            probe.commands.append((wall + 0.004, sim_ns, 0))
+            probe.command_sent_ns.append(int((wall + 0.003) * 1e9))
+    last_wall = 10.0 + 49 * 0.020
+    probe.episode_end_sent_ns.append(int((last_wall + 0.002) * 1e9))
+    for k in range(1, 5):  # the hold: 10 ms sim steps 1 ms apart
+        sim_ns = 49 * 20 * MS + k * 10 * MS
+        probe.clock_sent.append((int((last_wall + 0.002 + k * 0.001) * 1e9), sim_ns))
+        probe.clock_samples.append((last_wall + 0.0025 + k * 0.001, sim_ns))
+    probe.commands.append((last_wall + 0.007, 49 * 20 * MS + 40 * MS, 0))  # receipt label: after the burst
+    probe.command_sent_ns.append(int((last_wall + 0.0065) * 1e9))
+    result = over_dds.analyse(probe, start=10.0, end=12.0)
+    assert result["missed_ticks_sim"] == 2  # the old figure: a 60 ms period
+    assert result["missed_ticks_sim_sent"] == 0
+    assert result["control_periods"] == 49 and result["control_period_sim_sent_p99_ms"] == pytest.approx(20.0)
+    probe.episode_end_sent_ns.clear()  # without the end the same labels make the miss
+    assert over_dds.analyse(probe, start=10.0, end=12.0)["missed_ticks_sim_sent"] == 2
