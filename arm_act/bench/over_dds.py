@@ -22,15 +22,18 @@ labelled one 10 ms step early: periods of 10 then 30 ms, and the 30 ms one (30 m
 float sim seconds) counts as a missed tick that never happened. The sent label instead takes,
 by the DDS source timestamps (the publishers' write times, one machine's clock), the newest
 /clock sim_node published before policy_node published the command: the sim time the command
-was sent in, independent of the order the probe takes them. It also leaves out the period whose
+was sent in, independent of the order the probe takes them, taken down to its control tick
+(multiples of the control period: a command sent after the /clock of the step between two
+ticks, 10-20 ms after its tick, is still that tick's; sent after the next tick's /clock it is
+late past it, as sim_node counts it). It also leaves out the period whose
 second command was sent after sim_node published the episode's end (by the same timestamps):
 after an episode ends, sim_node runs its hold between episodes ahead of the wall clock (it makes
 up the reset's time there), a burst of /clock steps 1 ms apart, so an episode's last command,
 still taken inside the episode because the probe takes the "ended" message later, was labelled
 30-40 ms after the one before it: one "missed" tick per such episode end, seen in measured runs;
 sim_node itself counts nothing there (the episode ended before the next tick).
-commands_received_before_their_clock counts the commands whose receipt label is earlier than the
-sent label. The old fields keep their definitions, so old and new results compare.
+commands_received_before_their_clock counts the commands whose receipt label is in an earlier
+control tick than the sent label. The old fields keep their definitions, so old and new results compare.
 
 At sim (missed_ticks_at_sim, extra_commands_at_sim, control_periods_at_sim over at_sim_seconds of
 sim time): sim_node's own count, read from its sim/diagnostics (once per wall second, so the
@@ -338,15 +341,17 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
     wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
     sent, received_first = [], 0
     if commands_sent and len(commands_sent) == len(commands):
-        labels = _sent_sim_ns(commands_sent, clock_sent)
+        # The control tick each command was sent in (1 us of slack for stamps rounded from
+        # float seconds): the tick it answers, or a later one if it left past the next tick.
+        labels = [(ns + 1000) * control_rate // 1_000_000_000 for ns in _sent_sim_ns(commands_sent, clock_sent)]
         for i, ((w0, _, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
             # Not a period whose second command was sent after sim_node ended the episode (the
             # probe takes the "ended" message later, on its own reader): see the docstring.
             ended = bisect.bisect_right(ends, commands_sent[i + 1]) > bisect.bisect_right(ends, commands_sent[i])
             if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
-                received_first += s1 < labels[i + 1]
+                received_first += (s1 + 1000) * control_rate // 1_000_000_000 < labels[i + 1]
                 if not ended:
-                    sent.append((labels[i + 1] - labels[i]) / 1e6)
+                    sent.append((labels[i + 1] - labels[i]) * nominal)
     sent_arr = np.asarray(sent)
     command_walls = [c[0] for c in commands]
     latencies = []
