@@ -4,7 +4,7 @@
 #      -> benchmarks/results/realtime_10hz.json
 #   2. the same for INFER_SECONDS (default 60) with 50 Hz cameras: a camera pair, and an
 #      inference, on every control tick -> benchmarks/results/realtime_50hz.json
-#   then (COMPARE_SECONDS, default 60; 0 skips it) the 10 Hz run without the GIL/heap process
+#   then (COMPARE_SECONDS, default 60; 0 skips it) the 10 Hz run without the GIL/heap/SCHED_FIFO process
 #      settings of arm_act/common/realtime.py -> benchmarks/results/realtime_10hz_untuned.json
 #   3. training throughput, the shipped recipe before and after, same batch, interleaved on a
 #      real dataset of 20 expert episodes (collected into a temporary directory)
@@ -37,7 +37,7 @@ echo "== 2/3: ${INFER_SECONDS} s, cameras 50 Hz (inference on every camera pair)
     --label "realtime_50hz" --out "$OUT/realtime_50hz.json" "$@" > /dev/null
 "$PY" -m arm_act.bench.realtime_summary "$OUT/realtime_50hz.json"
 if [ "${COMPARE_SECONDS:-60}" != 0 ]; then
-    echo "== side by side: ${COMPARE_SECONDS:-60} s, cameras 10 Hz, without the process settings (ARM_ACT_REALTIME_TUNING=0)"
+    echo "== side by side: ${COMPARE_SECONDS:-60} s, cameras 10 Hz, without the process settings and real-time scheduling (ARM_ACT_REALTIME_TUNING=0)"
     ARM_ACT_REALTIME_TUNING=0 "$PY" -m arm_act.cli bench --ros-only --ros-seconds "${COMPARE_SECONDS:-60}" \
         --camera-rate 10 --backend "$BACKEND" --label "realtime_10hz_untuned" \
         --out "$OUT/realtime_10hz_untuned.json" "$@" > /dev/null

@@ -130,3 +130,35 @@ def test_an_episodes_last_command_sent_during_the_hold_burst_is_no_miss():
     assert result["control_periods"] == 49 and result["control_period_sim_sent_p99_ms"] == pytest.approx(20.0)
     probe.episode_end_sent_ns.clear()  # without the end the same labels make the miss
     assert over_dds.analyse(probe, start=10.0, end=12.0)["missed_ticks_sim_sent"] == 2
+
+
+@pytest.mark.unit
+def test_a_pair_whose_episode_ended_before_its_chunk_has_no_latency():
+    """An episode's last camera pair: its chunk comes after the episode's last command, and the
+    next command is the next episode's, a 1 s hold later. It is counted apart, not as a 1 s
+    latency; the next episode's first pair (whose command comes after its first chunk) is a
+    latency."""
+    probe = Probe()
+    wall0 = 10.0
+    for episode, (first_tick, last_tick) in enumerate(((0, 49), (100, 149))):
+        for tick in range(first_tick, last_tick + 1):
+            sim_ns, wall = tick * 20 * MS, wall0 + tick * 0.020
+            probe.clock_samples.append((wall + 0.0005, sim_ns))
+            probe.clock_sent.append((int(wall * 1e9), sim_ns))
+            probe.commands.append((wall + 0.004, sim_ns, episode))
+            probe.command_sent_ns.append(int((wall + 0.003) * 1e9))
+        end_ns = (last_tick + 1) * 20 * MS  # sim_node ends the episode at the next step
+        probe.clock_sent.append((int((wall0 + (last_tick + 1) * 0.020) * 1e9), end_ns))
+        probe.episode_end_sent_ns.append(int((wall0 + (last_tick + 1) * 0.020 + 0.0002) * 1e9))
+    def pair(tick, chunk_after):
+        wall = wall0 + tick * 0.020
+        key = over_dds._key(tick * 20 * MS)
+        probe.pairs[key] = {"front": wall + 0.001, "wrist": wall + 0.0012}
+        probe.chunks[key] = wall + 0.0012 + chunk_after
+    pair(45, 0.006)   # an ordinary pair: its command at the next tick
+    pair(49, 0.017)   # the episode's last pair: its chunk after the episode's last command
+    pair(100, 0.006)  # the next episode's first pair
+    result = over_dds.analyse(probe, start=wall0, end=wall0 + 150 * 0.020)
+    assert result["obs_to_command_pairs_after_episode_end"] == 1
+    assert result["obs_to_command_pairs"] == 2
+    assert result["obs_to_command_ms_p99"] == pytest.approx(22.8, abs=0.5)  # 20 ms tick - 1.2 + 4 ms

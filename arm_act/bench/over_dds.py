@@ -48,7 +48,10 @@ Observation to command: for the camera pair stamped s, from the wall time the pr
 received both images of s to the first arm command the probe receives after the chunk
 stamped s arrived. It includes transport both ways, waiting for the inference worker,
 inference, and the wait for the next control tick (up to one period); the probe's own
-callback latency adds to both ends alike.
+callback latency adds to both ends alike. A pair whose episode ended before a command could
+use its chunk (the last pair of an episode) is left out and counted
+(obs_to_command_pairs_after_episode_end): its "first command" would be the next episode's,
+a 1 s hold later.
 
 CPU: utime + stime (/proc/<pid>/stat, and per thread /proc/<pid>/task/<tid>/stat) of each
 node process and of the probe over the measuring window, divided by the sim seconds that
@@ -90,7 +93,8 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_wall_p50_ms", "control_period_wall_p99_ms", "missed_ticks_wall",
             "control_period_sim_p50_ms", "control_period_sim_p99_ms", "missed_ticks_sim",
             "control_periods", "obs_to_command_ms_p50", "obs_to_command_ms_p99",
-            "obs_to_command_pairs", "ros_seconds", "ros_rtf", "ros_camera_rate_hz",
+            "obs_to_command_pairs", "obs_to_command_pairs_after_episode_end", "ros_seconds", "ros_rtf",
+            "ros_camera_rate_hz",
             "ros_backend", "ros_node_inference_ms_p50", "ros_sim_seconds", "ros_cpu_s_per_sim_s",
             "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred", "ros_thread_priority",
             "ros_sched_fifo_threads", "ros_realtime_tuning", "control_period_sim_sent_p50_ms",
@@ -354,8 +358,12 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
                     sent.append((labels[i + 1] - labels[i]) * nominal)
     sent_arr = np.asarray(sent)
     command_walls = [c[0] for c in commands]
+    # The sim times the episodes ended at (the newest /clock sim_node published before each
+    # "ended" message): a pair whose episode ended before a command could use its chunk has
+    # no "first command from it"; the next command is the next episode's, a hold later.
+    end_sims = sorted(t for t in _sent_sim_ns(ends, clock_sent) if t >= 0) if clock_sent else []
     latencies = []
-    complete = inferred = 0
+    complete = inferred = after_end = 0
     for key, cams in pairs.items():
         if len(cams) < len(probe.cameras):
             continue
@@ -368,6 +376,10 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         inferred += 1
         i = bisect.bisect_right(command_walls, chunks[key])
         if i < len(command_walls):
+            pair_ns = key * 100_000  # _key's 0.1 ms units
+            if bisect.bisect_left(end_sims, pair_ns) < bisect.bisect_left(end_sims, commands[i][1]):
+                after_end += 1
+                continue
             latencies.append((command_walls[i] - ready) * 1e3)
     window = [(w, s) for w, s in clock if start <= w <= end]
     rtf = sim_seconds = None
@@ -390,7 +402,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "commands_received_before_their_clock": received_first if len(sent) else None,
         **_at_sim(sim_diagnostics, start, end),
         "obs_to_command_ms_p50": _pct(latencies, 50), "obs_to_command_ms_p99": _pct(latencies, 99),
-        "obs_to_command_pairs": len(latencies),
+        "obs_to_command_pairs": len(latencies), "obs_to_command_pairs_after_episode_end": after_end,
         "camera_pairs": complete, "camera_pairs_inferred": inferred,
         "ros_seconds": end - start, "ros_rtf": rtf, "ros_sim_seconds": sim_seconds,
         "ros_node_inference_ms_p50": _pct(inference, 50),
