@@ -473,14 +473,13 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     process, sharing its GIL with each other and the probe)."""
     if arrangement not in ("processes", "single"):
         raise ValueError(f"arrangement={arrangement!r} must be 'processes' or 'single'")
-    import rclpy
     import yaml
-    from rclpy.executors import SingleThreadedExecutor
 
     from arm_act.common import realtime
     from arm_act.common.paths import config_file
     from arm_act.common.processes import NodeProcesses, ros_args
     from arm_act.policy.checkpoint import read_config
+    from arm_act.ros.private_domain import PrivateDomain
 
     cameras = tuple(read_config(checkpoint).cameras)
     sim_yaml = config_file("sim.yaml")
@@ -504,84 +503,64 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 realtime.set_reception_threads_priority(thread_priority)
         executor.spin()
     domain = domain_id if domain_id is not None else 170 + os.getpid() % 50
-    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-    previous_range = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # the probe's participant too
-    children = NodeProcesses(logs)
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    executor = SingleThreadedExecutor(context=context)
-    probe = None
-    spinner = None
-    switch_interval = None
-    try:
-        probe = _Probe(context, cameras)
-        executor.add_node(probe.node)
-        spinner = threading.Thread(target=spin_probe, name="bench_probe", daemon=True)
-        spinner.start()
-        common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE,
-                  "thread_priority": thread_priority}
-        policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
-                         "publish_attention": False, **(policy_overrides or {})}
-        sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
-                      "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}
-        if arrangement == "single":
-            children = _InProcess(domain)
-            children.start(sim_params, policy_params)
-        else:
-            children.start("policy_node", "arm_act.nodes.policy_node",
-                           ros_args(policy_params, policy_yaml), env)
-            children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not probe.commands:
-            children.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no command from policy_node within {STARTUP_TIMEOUT_S:.0f} s: "
-                                   f"policy_node: {children.tail('policy_node')}; "
-                                   f"sim_node: {children.tail('sim_node')}")
-            time.sleep(0.05)
-        start = probe.commands[0][0] + WARMUP_S
-        end = start + seconds
-        # The probe's own stalls would read as late commands: this process holds torch and the
-        # policy, and a full garbage collection of its heap takes 80-250 ms here; the nodes'
-        # processes get the same treatment (arm_act/common/realtime.py).
-        gc.collect()
-        gc.freeze()
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(0.0005)
-        pids = (children.pids() if arrangement == "single"
-                else {name: proc.pid for name, proc in children.procs})
-        if arrangement != "single":
-            pids["probe"] = os.getpid()
-        cpu_before = sched = None
-        while time.monotonic() < end:
-            children.check()
-            if cpu_before is None and time.monotonic() >= start:
-                cpu_before = cpu_snapshot(pids)
-                sched = sched_fifo_threads(pids)
-            time.sleep(0.05)
-        cpu_after = cpu_snapshot(pids)
-        result = analyse(probe, start, end)
-        result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
-            cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
-        result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
-        if probe_scheduling and not probe_scheduling[0].fifo:
-            result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
-    finally:
-        if switch_interval is not None:
-            sys.setswitchinterval(switch_interval)
-            gc.unfreeze()
-        children.stop()
-        executor.shutdown(timeout_sec=2.0)
-        if spinner is not None:
-            spinner.join(timeout=2.0)
-        if probe is not None:
-            probe.node.destroy_node()
-        if context.ok():
-            rclpy.shutdown(context=context)
-        if previous_range is None:
-            os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
-        else:
-            os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = previous_range
+    with PrivateDomain(domain, spin_join_timeout_s=2.0) as dds:
+        env, executor = dds.env, dds.executor
+        children = dds.children = NodeProcesses(logs)
+        switch_interval = None
+        try:
+            probe = _Probe(dds.context, cameras)
+            dds.spin(probe.node, target=spin_probe, name="bench_probe")
+            common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE,
+                      "thread_priority": thread_priority}
+            policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
+                             "publish_attention": False, **(policy_overrides or {})}
+            sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
+                          "camera_rate": camera_rate, "episode_time_limit": float(seconds + 60.0)}
+            if arrangement == "single":
+                children = dds.children = _InProcess(domain)
+                children.start(sim_params, policy_params)
+            else:
+                children.start("policy_node", "arm_act.nodes.policy_node",
+                               ros_args(policy_params, policy_yaml), env)
+                children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not probe.commands:
+                children.check()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no command from policy_node within {STARTUP_TIMEOUT_S:.0f} s: "
+                                       f"policy_node: {children.tail('policy_node')}; "
+                                       f"sim_node: {children.tail('sim_node')}")
+                time.sleep(0.05)
+            start = probe.commands[0][0] + WARMUP_S
+            end = start + seconds
+            # The probe's own stalls would read as late commands: this process holds torch and the
+            # policy, and a full garbage collection of its heap takes 80-250 ms here; the nodes'
+            # processes get the same treatment (arm_act/common/realtime.py).
+            gc.collect()
+            gc.freeze()
+            switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(0.0005)
+            pids = (children.pids() if arrangement == "single"
+                    else {name: proc.pid for name, proc in children.procs})
+            if arrangement != "single":
+                pids["probe"] = os.getpid()
+            cpu_before = sched = None
+            while time.monotonic() < end:
+                children.check()
+                if cpu_before is None and time.monotonic() >= start:
+                    cpu_before = cpu_snapshot(pids)
+                    sched = sched_fifo_threads(pids)
+                time.sleep(0.05)
+            cpu_after = cpu_snapshot(pids)
+            result = analyse(probe, start, end)
+            result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
+                cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
+            result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
+            if probe_scheduling and not probe_scheduling[0].fifo:
+                result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
+        finally:
+            if switch_interval is not None:
+                sys.setswitchinterval(switch_interval)
+                gc.unfreeze()
     return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement,
             "ros_thread_priority": thread_priority, "ros_realtime_tuning": tuning}

@@ -204,11 +204,9 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
              progress=None) -> tuple[list[dict], dict[str, Any]]:
     """The episodes of `config` through the live nodes in real time -> (records, run info).
     progress(line) gets one line per finished episode (default: stderr)."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-
     from arm_act.common.paths import config_file
     from arm_act.common.processes import NodeProcesses, ros_args
+    from arm_act.ros.private_domain import PrivateDomain
 
     if progress is None:
         def progress(line: str) -> None:
@@ -217,74 +215,56 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
     # 50-99: below the domains the tests (100+) and `arm-act bench` (170+) pick, so a test run
     # beside a live evaluation cannot put a second /clock into it (seen: sim time jumping back).
     domain = domain_id if domain_id is not None else 50 + os.getpid() % 50
-    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-    previous_range = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # the probe's participant too
     owned_logs = None
     if logs is None:
         owned_logs = tempfile.TemporaryDirectory(prefix="arm_act_live_")
         logs = Path(owned_logs.name)
     logs.mkdir(parents=True, exist_ok=True)
-    children = NodeProcesses(logs)
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    executor = SingleThreadedExecutor(context=context)
-    spinner = probe = None
-    load_before = os.getloadavg()
-    started = time.monotonic()
+    probe = None
 
     def finished(record: dict) -> None:
         progress(describe_line(len(probe.finished), config.episodes, record))
 
     try:
-        probe = _Probe(context, finished, config.real_time_factor)
-        executor.add_node(probe.node)
-        spinner = threading.Thread(target=executor.spin, name="live_eval_probe", daemon=True)
-        spinner.start()
-        common = {"use_sim_time": True, "mode": "realtime", "control_rate": config.control_rate}
-        settings = config.settings
-        if config.checkpoint is None:
-            children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
-        else:
-            children.start("policy_node", "arm_act.nodes.policy_node", ros_args({
-                **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
-                "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads, "backend": settings.backend,
-                "max_joint_speed": settings.max_joint_speed, "device": settings.device,
-                "publish_attention": False}, config_file("policy.yaml")), env)
-        children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
-            **common, "real_time_factor": config.real_time_factor, "seed": config.seed, "blocks": config.blocks,
-            "episodes": config.episodes, "camera_rate": config.camera_rate,
-            "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
-        # Before the first episode: the start-up; then no episode may take longer than its
-        # time limit, the hold after it and a margin.
-        seen, last_change = (0, None), time.monotonic()
-        while len(probe.finished) < config.episodes:
-            problem = children.failed()
-            if problem:
-                raise RuntimeError(problem)
-            now_seen = (len(probe.finished), None if probe.current is None else probe.current.info.episode)
-            if now_seen != seen:
-                seen, last_change = now_seen, time.monotonic()
-            patience = STARTUP_TIMEOUT_S if seen == (0, None) else config.time_limit * 3 + 30.0
-            if time.monotonic() - last_change > patience:
-                controller = "policy_node" if config.checkpoint is not None else "expert_node"
-                raise RuntimeError(f"nothing happened for {patience:.0f} s: {controller}: "
-                                   f"{children.tail(controller)}; sim_node: {children.tail('sim_node')}")
-            time.sleep(0.1)
-        records = list(probe.finished[:config.episodes])
+        with PrivateDomain(domain) as dds:
+            env = dds.env
+            children = dds.children = NodeProcesses(logs)
+            load_before = os.getloadavg()
+            started = time.monotonic()
+            probe = _Probe(dds.context, finished, config.real_time_factor)
+            dds.spin(probe.node, name="live_eval_probe")
+            common = {"use_sim_time": True, "mode": "realtime", "control_rate": config.control_rate}
+            settings = config.settings
+            if config.checkpoint is None:
+                children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
+            else:
+                children.start("policy_node", "arm_act.nodes.policy_node", ros_args({
+                    **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
+                    "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads,
+                    "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
+                    "device": settings.device, "publish_attention": False}, config_file("policy.yaml")), env)
+            children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
+                **common, "real_time_factor": config.real_time_factor, "seed": config.seed,
+                "blocks": config.blocks, "episodes": config.episodes, "camera_rate": config.camera_rate,
+                "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
+            # Before the first episode: the start-up; then no episode may take longer than its
+            # time limit, the hold after it and a margin.
+            seen, last_change = (0, None), time.monotonic()
+            while len(probe.finished) < config.episodes:
+                problem = children.failed()
+                if problem:
+                    raise RuntimeError(problem)
+                now_seen = (len(probe.finished), None if probe.current is None else probe.current.info.episode)
+                if now_seen != seen:
+                    seen, last_change = now_seen, time.monotonic()
+                patience = STARTUP_TIMEOUT_S if seen == (0, None) else config.time_limit * 3 + 30.0
+                if time.monotonic() - last_change > patience:
+                    controller = "policy_node" if config.checkpoint is not None else "expert_node"
+                    raise RuntimeError(f"nothing happened for {patience:.0f} s: {controller}: "
+                                       f"{children.tail(controller)}; sim_node: {children.tail('sim_node')}")
+                time.sleep(0.1)
+            records = list(probe.finished[:config.episodes])
     finally:
-        children.stop()
-        executor.shutdown(timeout_sec=2.0)
-        if spinner is not None:
-            spinner.join(timeout=5.0)
-        if probe is not None:
-            probe.node.destroy_node()
-        if context.ok():
-            rclpy.shutdown(context=context)
-        if previous_range is None:
-            os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
-        else:
-            os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = previous_range
         if owned_logs is not None:
             owned_logs.cleanup()
     info = {"wall_time_s": round(time.monotonic() - started, 1),
