@@ -57,9 +57,9 @@ def test_signals_to_the_process_group_while_recording(ros_context, tmp_path, seq
             group = group or procs[name].pid
         deadline = time.monotonic() + 90
         # Recording a running episode: 300 commands (several seconds of lockstep), not the first
-        # few, so the expert's command writer has matched the recorder's reader too (DDS
-        # discovery between those two is not what sim_node's wait_for_recorder checks; under a
-        # full test run's load a bag once held none of the first 100, probably that way).
+        # few, so the expert's command writer has matched the recorder's reader too (sim_node's
+        # wait_for_recorder checks the recorder's side of that match, by its report, not the
+        # writer's; under a full test run's load a bag once held none of the first 100).
         while time.monotonic() < deadline and len(seen) < 300:
             executor.spin_once(timeout_sec=0.1)
             for name, proc in procs.items():

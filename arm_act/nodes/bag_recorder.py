@@ -9,6 +9,14 @@ Parameters:
   flush_interval  wall seconds between flushes: what a hard kill can lose at most
   discovery_interval  wall seconds between graph lookups for topics of unknown type
 
+Matching report: on ~/publishers_matched (std_msgs/String, transient-local) the recorder says,
+as JSON {topic: count}, how many publishers each of its subscriptions has matched
+(Subscription.get_publisher_count(), the reader's own side of DDS discovery), checked every
+MATCH_REPORT_S and sent whenever a count changes. sim_node's wait_for_recorder compares it
+with the publishers its graph knows: the graph of one participant shows a controller's
+command writer before the recorder's reader has matched it, and what that writer sends
+before then is not recorded.
+
 Timestamps are sim time: main() turns use_sim_time on unless the command line sets it. A
 message is stamped with the sim time at which it was sent: that of the newest /clock message
 sent before it, by the DDS source timestamps of both (the sender's wall clock at publication).
@@ -47,6 +55,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock as ClockMsg
+from std_msgs.msg import String
 
 from arm_act.bags import (
     COMPRESSIONS,
@@ -60,7 +69,8 @@ from arm_act.bags import (
     to_rosbags_qos,
 )
 from arm_act.nodes.guard import guard_time_source, guarded
-from arm_act.ros.conversions import ConversionError
+from arm_act.ros.conversions import RECORDER_MATCHES_TOPIC, ConversionError
+from arm_act.ros.qos import TRANSIENT_LOCAL
 
 DEFAULT_TOPICS = list(live_topic_types())
 # Sensor data is best effort (qos_profile_sensor_data) but with a deeper queue than its 5,
@@ -78,6 +88,8 @@ CLOCK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500, reliability=R
 STAMP_WAIT_S = 0.25
 # Wall seconds of /clock reception history kept for stamping.
 CLOCK_HISTORY_S = 10.0
+# Wall seconds between looks at how many publishers each subscription has matched.
+MATCH_REPORT_S = 0.1
 
 
 def message_class(msgtype: str):
@@ -152,6 +164,10 @@ class BagRecorder(Node):
                 self._subscribe(topic, msgtype, self._subscription_qos(name, msgtype))
         if self._pending:
             self.create_timer(float(param("discovery_interval")), self.discovery_callback, clock=steady)
+        self._matches_pub = self.create_publisher(String, "~/" + RECORDER_MATCHES_TOPIC, TRANSIENT_LOCAL)
+        self._matches_sent: dict[str, int] | None = None
+        self.create_timer(MATCH_REPORT_S, self.report_matches, clock=steady)
+        self.report_matches()
         self.get_logger().info(
             f"recording {len(self.recorded_subscriptions) + len(self._pending)} topics into {self.writer.path}")
 
@@ -167,6 +183,17 @@ class BagRecorder(Node):
         callback = functools.partial(self.message_callback, topic, msgtype)
         self.recorded_subscriptions[topic] = self.create_subscription(
             message_class(msgtype), topic, callback, qos, raw=True)
+
+    def matched_publishers(self) -> dict[str, int]:
+        """{topic: how many publishers its subscription has matched} of the topics subscribed so far."""
+        return {topic: sub.get_publisher_count() for topic, sub in self.recorded_subscriptions.items()}
+
+    def report_matches(self) -> None:
+        """Send the matching report (module docstring) when it changed."""
+        matched = self.matched_publishers()
+        if matched != self._matches_sent:
+            self._matches_pub.publish(String(data=json.dumps(matched, sort_keys=True)))
+            self._matches_sent = matched
 
     def discovery_callback(self) -> None:
         """Subscribe to configured topics of unknown type once a publisher shows the type,

@@ -17,6 +17,7 @@ responsive meanwhile. Sim time is continuous across episodes (/clock never jumps
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 
@@ -88,9 +89,19 @@ class SimNode(Node):
         self.declare_parameter("wait_for_controller", True)
         # Start the first episode only once the bag recorder (a node of this name, in this
         # namespace) is subscribed to every topic the sim publishes and to the commands, so
-        # a recording holds the whole first episode.
+        # a recording holds the whole first episode: our writers have matched its readers,
+        # and (recorder_reports_matches) its command readers have matched every command
+        # writer in the graph, by its report on <recorder_node>/publishers_matched.
         self.declare_parameter("wait_for_recorder", False)
         self.declare_parameter("recorder_node", "bag_recorder")
+        # false: a recorder that sends no such report (not arm_act's bag_recorder).
+        self.declare_parameter("recorder_reports_matches", True)
+        self._recorder_matches: dict[str, int] | None = None  # its latest report
+        self._recorder_matches_topic = self.resolve_topic_name(
+            f"{self.get_parameter('recorder_node').value}/{conv.RECORDER_MATCHES_TOPIC}")
+        if self.get_parameter("wait_for_recorder").value and self.get_parameter("recorder_reports_matches").value:
+            self.create_subscription(String, self._recorder_matches_topic, self._recorder_matches_callback,
+                                     TRANSIENT_LOCAL)
         # After the last of `episodes` (> 0) episodes the process exits 0 (launch files end on it).
         self.declare_parameter("exit_when_done", True)
         # SCHED_FIFO priority of the sim_loop thread (ros2_control's thread_priority; 0: normal).
@@ -234,6 +245,13 @@ class SimNode(Node):
         return response
 
     # ------------------------------------------------------------ the physics thread
+    @guarded("recorder matching report (ignored)")
+    def _recorder_matches_callback(self, msg: String) -> None:
+        report = json.loads(msg.data)
+        if not isinstance(report, dict):
+            raise ValueError(f"{msg.data!r} is not a JSON object")
+        self._recorder_matches = {str(topic): int(count) for topic, count in report.items()}
+
     def _missing_peers(self) -> list[str]:
         """What the first episode waits for: a controller (wait_for_controller), the recorder
         subscribed to everything (wait_for_recorder)."""
@@ -249,6 +267,11 @@ class SimNode(Node):
             topics = {pub.topic_name: pub for pub in own}
             topics.update({self.resolve_topic_name(t): None for t in (conv.ARM_COMMAND_TOPIC,
                                                                        conv.GRIPPER_COMMAND_TOPIC)})
+            reported = self.get_parameter("recorder_reports_matches").value
+            matches = self._recorder_matches
+            if reported and matches is None:
+                missing.append(f"{name}'s report on {self._recorder_matches_topic} of the publishers its "
+                               "readers have matched (wait_for_recorder)")
             unrecorded = []
             for topic, pub in topics.items():
                 infos = self.get_subscriptions_info_by_topic(topic)
@@ -256,6 +279,13 @@ class SimNode(Node):
                 # Seen in the graph and matched by our writer (the graph is told a little earlier).
                 if not present or (pub is not None and pub.get_subscription_count() < len(infos)):
                     unrecorded.append(topic)
+                elif pub is None and reported and matches is not None:
+                    # Another node's writer (the controller's commands): our graph shows it before
+                    # the recorder's reader has matched it, and what it sends until then is lost.
+                    publishers = self.count_publishers(topic)
+                    if matches.get(topic, 0) < publishers:
+                        unrecorded.append(f"{topic} (its reader has matched {matches.get(topic, 0)} of "
+                                          f"{publishers} publishers)")
             if unrecorded:
                 missing.append(f"{name} recording {', '.join(sorted(unrecorded))} (wait_for_recorder)")
         return missing

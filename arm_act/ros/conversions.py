@@ -28,6 +28,9 @@ WORLD_FRAME = "world"
 MAX_STAMP_S = 2.0**31  # builtin_interfaces/Time holds int32 seconds
 ARM_COMMAND_TOPIC = "arm_controller/commands"
 GRIPPER_COMMAND_TOPIC = "gripper_controller/commands"
+# bag_recorder's report (std_msgs/String JSON, {topic: publishers its reader has matched}),
+# under the recorder's node name: "<recorder>/" + this (sim_node's wait_for_recorder reads it).
+RECORDER_MATCHES_TOPIC = "publishers_matched"
 
 
 class ConversionError(ValueError):
