@@ -5,10 +5,10 @@
 Variants (config/train_default.json, batch 32 global, the same seed and data):
 - before: one process, the code that trained the shipped checkpoint: torch's dropout
   (policy/dropout.py IMPL = "torch"), float32 matrix products, the clamped-index gather for
-  the augmentation's shift and AdamW's per-parameter loop (the last two bit-identical to
-  today's replacements, only slower);
+  the augmentation's shift (bit-identical to today's edge-padded windows, only slower) and
+  AdamW's per-parameter loop (policy/train.py OPTIMIZER = "loop");
 - after: one process, today's code and the recipe's config (the cheaper dropout mask, IMPL =
-  "fast"; matmul_precision as config/train_default.json sets it);
+  "fast"; the fused AdamW; matmul_precision as config/train_default.json sets it);
 - after_ddp2: today's code on 2 DDP processes of one thread each, batch 16 per process: what
   the shipped recipe runs now (config/pipeline_default.yaml train_processes: 2; the same as
   `arm-act train --nproc-per-node 2`, a child process here; its figure excludes start-up).
@@ -82,15 +82,15 @@ def run_in_process(data, impl: str, steps: int, out: Path, threads: int | None =
     from arm_act.policy import train as train_module
 
     policy_config, train_config, _ = _configs(steps, threads, seed, original)
-    saved = dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH
+    saved = dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER
     dropout.IMPL = impl
     if original:
-        policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH = clamped_gather_shift, False
+        policy_data._shift_edge_padded, train_module.OPTIMIZER = clamped_gather_shift, "loop"
     try:
         metrics = train_module.train(data.demos, policy_config, train_config, out, resume=False, progress=False,
                                      data_info=data.info, grounding=data.grounding, device="cpu")
     finally:
-        dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER_FOREACH = saved
+        dropout.IMPL, policy_data._shift_edge_padded, train_module.OPTIMIZER = saved
     return {"samples_per_s": metrics["samples_per_s"], "train_time_s": metrics["train_time_s"],
             "curve": [(p["step"], p["l1"]) for p in _history(out)]}
 
