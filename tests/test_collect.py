@@ -191,3 +191,75 @@ def test_takeover_defaults_and_handover_times_are_seeded(tmp_path):
     assert config.handover == (1.0, 10.0) and config.latency_ticks == 1
     times = [handover_time(seed, config.handover) for seed in (3, 3, 4)]
     assert times[0] == times[1] != times[2] and all(1.0 <= t <= 10.0 for t in times)
+
+
+class _ClosesInMidAir:
+    """A stand-in policy: holds its start pose and closes the gripper from 0.4 s on, so the
+    fingers close on nothing (the policy's missed grasp, made certain)."""
+
+    def __init__(self):
+        self.arm, self.ticks_closed = None, 0
+
+    def reset(self, obs):
+        self.arm, self.ticks_closed = np.array(obs.joint_state.position[:7]), 0
+
+    def act(self, obs):
+        from arm_act.sim.rollout import Command
+
+        closed = obs.time >= 0.4
+        self.ticks_closed += closed
+        return Command(self.arm, 0.0 if closed else 0.04)
+
+
+def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expert_regrasps():
+    from arm_act.data.collect import MISS_OPENING, MissTakeoverAgent
+    from arm_act.sim import ArmEnv, SimConfig
+    from arm_act.sim.rollout import ExpertAgent, run_episode
+
+    env = ArmEnv(SimConfig())
+    try:
+        policy, expert = _ClosesInMidAir(), ExpertAgent()
+        agent = MissTakeoverAgent(policy, expert)
+        seen = []
+        result = run_episode(env, agent, seed=3, n_blocks=2, render=False,
+                             on_tick=lambda obs, cmd: seen.append(float(np.mean(obs.joint_state.position[7:9]))))
+        # It took over at the first tick the closing fingers had passed MISS_OPENING, after the
+        # policy's close command at tick 20 (0.4 s): not while open, and not at the command
+        # itself; then the expert finished the task.
+        assert agent.handover_tick is not None and agent.handover_tick > 20 and policy.ticks_closed >= 1
+        assert seen[agent.handover_tick] < MISS_OPENING <= min(seen[:agent.handover_tick])
+        assert result.success
+        expert.close()
+
+        # A grasp that holds the block is no miss: the expert as the "policy" never hands over.
+        held, other = ExpertAgent(), ExpertAgent()
+        agent = MissTakeoverAgent(held, other)
+        result = run_episode(env, agent, seed=3, n_blocks=2, render=False)
+        assert result.success and agent.handover_tick is None and not agent._watching
+        held.close()
+        other.close()
+    finally:
+        env.close()
+
+
+def test_miss_handover_collection_through_the_command(tmp_path, capsys):
+    """`--handover miss` records which episodes the expert finished and where it started."""
+    out = tmp_path / "miss"
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "miss", "--episodes", "1",
+                     "--out", str(out), *ARGS]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    record = summary["episodes_detail"][0]
+    custom = bag_info(out / "episode_3").custom_data
+    assert summary["handover"] == "miss" and custom["handover"] == "miss" and "handover_s" not in custom
+    # Whichever way the shipped policy's grasp went, the bag says where the expert's part starts.
+    assert (custom["expert_from_s"] == "none") == (record["expert_from_s"] is None)
+
+
+def test_miss_is_the_only_word_handover_takes(tmp_path, capsys):
+    from arm_act.data.collect import CollectConfig
+
+    with pytest.raises(ValueError, match=re.escape("handover='later' must be (lo, hi) seconds or 'miss'")):
+        CollectConfig(out=tmp_path, policy=SHIPPED, handover="later")
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "later", "--episodes", "1",
+                     "--out", str(tmp_path / "x"), *ARGS]) == 2
+    assert "--handover 'later' must be seconds LO-HI, e.g. 1-10, or miss" in capsys.readouterr().err

@@ -131,6 +131,7 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
 @pytest.mark.parametrize("change,message", [
     ({"demos": []}, "demos"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*or miss"),
     ({"evals": [{"name": "a b", "episodes": 1, "seed": 1}]}, "name"),
     ({"train": {"train": {"stepz": 3}}}, "stepz"),
     ({"train": {"train": {"steps": 0}}}, "steps"),
@@ -152,6 +153,15 @@ def test_a_demo_set_can_randomise_the_world():
     assert stage.name == "collect_lit" and stage.params["world"] == "lighting"
     plain = Pipeline(from_dict(TINY, ROOT / "config"), Path("/nonexistent/run")).stages[0]
     assert "world" not in plain.params  # unchanged for recipes without it: their runs still resume
+
+
+@pytest.mark.unit
+def test_a_round_can_hand_over_at_a_missed_grasp():
+    rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": "miss"}]
+    config = from_dict({**TINY, "rounds": rounds}, ROOT / "config")
+    assert config.rounds[0].handover == "miss"
+    stage = next(s for s in Pipeline(config, Path("/nonexistent/run")).stages if s.name == "collect_regrasp")
+    assert stage.params["handover"] == "miss"
 
 
 @pytest.mark.unit

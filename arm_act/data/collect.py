@@ -13,9 +13,11 @@ the worker count. Failed expert episodes are kept, marked success: "false" in cu
 Takeover episodes (CollectConfig.policy set): the policy drives each episode (in process,
 with CollectConfig.latency_ticks) until a handover time drawn uniformly from
 CollectConfig.handover by handover_time(seed); then the scripted expert takes over from that
-state and finishes the task. The whole episode is recorded; custom_data expert_from_s marks
-where the expert's commands start ("none" when the episode ended first), and training uses
-only the frames from there on.
+state and finishes the task. With handover "miss" the expert takes over only when the
+policy's grasp has closed on nothing (MissTakeoverAgent): its part then demonstrates the
+re-grasp the policy never makes; an episode without a missed grasp demonstrates nothing.
+The whole episode is recorded; custom_data expert_from_s marks where the expert's commands
+start ("none" when the episode ended first), and training uses only the frames from there on.
 
 Each worker process holds one CollectionWorker (an env, and the policy runtime for
 takeover episodes); nothing is kept in module globals, so runs in one process never share
@@ -50,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 COMPRESSIONS = (None, "zstd")
 DEFAULT_HANDOVER = (1.0, 10.0)  # s
+MISS = "miss"  # CollectConfig.handover: the expert takes over when the policy's grasp closes on nothing
+MISS_OPENING = 0.008  # m per finger: closed this far, the fingers hold nothing (a 3.2-4.8 cm block keeps 1.6-2.4 cm)
 DEFAULT_TAKEOVER_LATENCY = 1  # control ticks
 HANDOVER_SEED_OFFSET = 2_000_003  # apart from the scene (seed) and the perturbations (seed + 1_000_003)
 
@@ -75,7 +79,8 @@ class CollectConfig:
     camera_rate: int = 10
     compression: str | None = None
     policy: Path | None = None
-    handover: tuple[float, float] | None = None
+    handover: tuple[float, float] | str | None = None
+    """(lo, hi) sim seconds, or MISS: hand over when the policy's grasp closes on nothing."""
     latency_ticks: int | None = None
     world: str | None = None
     """A world perturbation (arm_act.sim.perturb: lighting, camera, size, distractors, crowded,
@@ -104,10 +109,14 @@ class CollectConfig:
             object.__setattr__(self, "handover", DEFAULT_HANDOVER)
         if self.latency_ticks is None:
             object.__setattr__(self, "latency_ticks", DEFAULT_TAKEOVER_LATENCY)
-        lo, hi = map(float, self.handover)
-        if not (0 <= lo <= hi < math.inf):
-            raise ValueError(f"handover={self.handover} must satisfy 0 <= lo <= hi < inf (seconds)")
-        object.__setattr__(self, "handover", (lo, hi))
+        if isinstance(self.handover, str):
+            if self.handover != MISS:
+                raise ValueError(f"handover={self.handover!r} must be (lo, hi) seconds or {MISS!r}")
+        else:
+            lo, hi = map(float, self.handover)
+            if not (0 <= lo <= hi < math.inf):
+                raise ValueError(f"handover={self.handover} must satisfy 0 <= lo <= hi < inf (seconds)")
+            object.__setattr__(self, "handover", (lo, hi))
         if self.latency_ticks < 0:
             raise ValueError(f"latency_ticks={self.latency_ticks} must be >= 0")
 
@@ -165,6 +174,47 @@ class TakeoverAgent:
         return self.expert.act(obs)
 
 
+class MissTakeoverAgent:
+    """The policy drives until its grasp closes on nothing, then the scripted expert takes
+    over (handover MISS). A miss: the policy commands the gripper closed and the fingers
+    close past MISS_OPENING, which no block lets them do. The expert plans from that state,
+    so its part opens the fingers, goes back over the block and grasps again: the recovery
+    the policy is to learn. Once the named block is lifted the watch ends (a later slip is
+    not what this collects)."""
+
+    def __init__(self, policy, expert):
+        """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
+        from arm_act.eval.in_process import CLOSED_COMMAND, LIFTED_Z, named_block_position
+
+        self._closed_below, self._lifted_z, self._named = CLOSED_COMMAND, LIFTED_Z, named_block_position
+        self.policy, self.expert = policy, expert
+        self.handover_tick: int | None = None
+        self._closing = False  # the policy's last command closed the gripper
+        self._watching = True
+
+    def reset(self, obs) -> None:
+        self.handover_tick, self._closing, self._watching = None, False, True
+        self.policy.reset(obs)
+
+    def _missed(self, obs) -> bool:
+        block = self._named(obs.objects, obs.instruction)
+        if block is not None and block[2] > self._lifted_z:  # held: the grasp worked
+            self._watching = False
+            return False
+        opening = float(np.mean(obs.joint_state.position[7:9]))
+        return self._closing and opening < MISS_OPENING
+
+    def act(self, obs):
+        if self.handover_tick is None and self._watching and self._missed(obs):
+            self.handover_tick = obs.tick
+            self.expert.reset(obs)
+        if self.handover_tick is not None:
+            return self.expert.act(obs)
+        cmd = self.policy.act(obs)
+        self._closing = cmd.gripper < self._closed_below
+        return cmd
+
+
 class CollectionWorker:
     """One process's env (and takeover policy runtime) that runs and records episodes.
 
@@ -208,8 +258,11 @@ class CollectionWorker:
             return expert, metadata
         from arm_act.eval.in_process import PolicyAgent
 
-        handover = handover_time(spec.seed, config.handover)
         policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz)
+        if config.handover == MISS:
+            metadata.update(policy=str(config.policy), handover=MISS)
+            return MissTakeoverAgent(policy, expert), metadata
+        handover = handover_time(spec.seed, config.handover)
         metadata.update(policy=str(config.policy), handover_s=round(handover, 6))
         return TakeoverAgent(policy, expert, handover), metadata
 
@@ -415,7 +468,8 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
         "bytes": sum(r["bytes"] for r in records), "wall_time_s": round(time.monotonic() - started, 2),
         "seed": seed, "blocks": _range_text(blocks), "perturb": config.perturb, "world": config.world,
         "workers": workers, "policy": None if config.policy is None else str(config.policy),
-        "handover": None if config.handover is None else _range_text(config.handover),
+        "handover": (None if config.handover is None
+                     else config.handover if isinstance(config.handover, str) else _range_text(config.handover)),
         **({"ray": {"address": ray, **report.to_dict()}} if ray is not None else {}),
         "episodes_detail": records,
     }

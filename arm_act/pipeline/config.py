@@ -10,8 +10,9 @@
       policy: {}                      # PolicyConfig overrides
       train: {}                       # TrainConfig overrides (steps, lr, ...)
     rounds:                           # takeover rounds: the newest policy drives, the expert
-      - name: takeover_1              # takes over at a handover time drawn from `handover`,
-        episodes: 600                 # then a fine-tune from that policy on all data so far
+      - name: takeover_1              # takes over at a handover time drawn from `handover`
+        episodes: 600                 # (or, with handover: miss, when the policy's grasp closes on
+                                      # nothing), then a fine-tune from that policy on all data so far
         seed: 300000
         handover: [0.5, 10]
         train: {steps: 5000, lr: 2.5e-4, warmup_steps: 100, hold_after_end: true}
@@ -85,7 +86,7 @@ class TakeoverRound:
     name: str
     episodes: int
     seed: int
-    handover: tuple[float, float]
+    handover: tuple[float, float] | str  # [lo, hi] sim seconds, or "miss" (arm_act.data.collect.MISS)
     train: dict
     latency_ticks: int = 1
 
@@ -191,15 +192,20 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     for i, r in enumerate(top.get("rounds", []) or []):
         r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks"})
         handover = r.get("handover")
-        if (not isinstance(handover, (list, tuple)) or len(handover) != 2
+        if handover == "miss":  # the expert takes over when the policy's grasp closes on nothing
+            pass
+        elif (not isinstance(handover, (list, tuple)) or len(handover) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in handover)
                 or not 0 <= handover[0] <= handover[1] < math.inf):
-            raise PipelineConfigError(f"rounds[{i}].handover={handover!r} must be [lo, hi] seconds, 0 <= lo <= hi")
+            raise PipelineConfigError(f"rounds[{i}].handover={handover!r} must be [lo, hi] seconds, "
+                                      "0 <= lo <= hi, or miss")
+        else:
+            handover = (float(handover[0]), float(handover[1]))
         overrides = _only(f"rounds[{i}].train", r.get("train", {}) or {}, _fields("train"))
         rounds.append(TakeoverRound(_name(f"rounds[{i}]", r.get("name")),
                                     _int(f"rounds[{i}].episodes", r.get("episodes"), 1),
                                     _int(f"rounds[{i}].seed", r.get("seed"), 0),
-                                    (float(handover[0]), float(handover[1])), dict(overrides),
+                                    handover, dict(overrides),
                                     _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0)))
     evals = []
     for i, e in enumerate(top.get("evals", []) or []):

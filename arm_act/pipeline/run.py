@@ -230,7 +230,7 @@ class Pipeline:
 
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
-                 handover: tuple[float, float] | None = None, latency_ticks: int | None = None,
+                 handover: tuple[float, float] | str | None = None, latency_ticks: int | None = None,
                  world: str | None = None) -> dict:
         from arm_act.common.episodes import parse_blocks
         from arm_act.common.ray_pool import RayPoolError
