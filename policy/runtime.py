@@ -54,21 +54,36 @@ def _checked_chunk(chunk: np.ndarray, chunk_size: int, action_dim: int) -> np.nd
     return chunk
 
 
+ENSEMBLE_INTERVAL_S = 0.1
+"""TemporalEnsembler's m is per this much chunk start time (ACT's per-chunk m for chunks that
+start every 100 ms: 10 Hz cameras, the rate the policy is trained at)."""
+
+
 class TemporalEnsembler:
     """ACT's temporal ensembling (Zhao et al. 2023, Sec. IV-B): the action for tick t is the
     weighted average of every stored chunk's prediction for t, with weights exp(-m*i) where
     i = 0 is the OLDEST prediction (as in ACT's reference code: a larger m trusts older
     chunks more and smooths harder).
 
+    i counts chunk start time in units of `interval_ticks` (ENSEMBLE_INTERVAL_S at the control
+    rate: 5 ticks at 50 Hz), not chunks: with chunks every 5 ticks it is ACT's chunk index,
+    and a faster camera gives more chunks with the same weight over time. Counted in chunks,
+    cameras at 50 Hz (a chunk every tick) put the weight on predictions ~40 ticks old where
+    10 Hz cameras put it ~25 ticks back: 45/60 episodes against 57/60 (seed 500000, 2-5
+    blocks); counted in time, 53/60 (docs/training.md, "Robustness and camera rate").
+
     Stores at most ceil(K) chunks that still cover the future; O(chunks x A) per tick.
     """
 
-    def __init__(self, m: float, chunk_size: int, action_dim: int):
+    def __init__(self, m: float, chunk_size: int, action_dim: int, interval_ticks: float = 5.0):
         if m < 0 or not np.isfinite(m):
             raise ValueError(f"ensembling coefficient m={m} must be a finite number >= 0")
         if chunk_size < 1 or action_dim < 1:
             raise ValueError(f"chunk_size={chunk_size} and action_dim={action_dim} must be >= 1")
+        if not interval_ticks > 0 or not np.isfinite(interval_ticks):
+            raise ValueError(f"interval_ticks={interval_ticks} must be a finite number > 0")
         self.m, self.chunk_size, self.action_dim = float(m), int(chunk_size), int(action_dim)
+        self.interval_ticks = float(interval_ticks)
         self._chunks: list[tuple[int, np.ndarray]] = []  # (start tick, (K, A)), oldest first
 
     def reset(self) -> None:
@@ -82,11 +97,12 @@ class TemporalEnsembler:
     def action(self, tick: int) -> np.ndarray | None:
         """(A,) ensembled action for `tick`, or None when no stored chunk covers it."""
         self._chunks = [(s, c) for s, c in self._chunks if s + self.chunk_size > tick]
-        rows = [c[tick - s] for s, c in self._chunks if s <= tick]
-        if not rows:
+        live = [(s, c[tick - s]) for s, c in self._chunks if s <= tick]
+        if not live:
             return None
-        weights = np.exp(-self.m * np.arange(len(rows)))  # i = 0: the oldest chunk
-        return (weights[:, None] * np.stack(rows)).sum(axis=0) / weights.sum()
+        starts = np.array([s for s, _ in live], dtype=np.float64)
+        weights = np.exp(-self.m * ((starts - starts[0]) / self.interval_ticks))  # i = 0: the oldest chunk
+        return (weights[:, None] * np.stack([row for _, row in live])).sum(axis=0) / weights.sum()
 
 
 class ChunkQueue:
@@ -112,9 +128,10 @@ class ChunkQueue:
         return chunk[min(tick - start, self.chunk_size - 1)].copy()
 
 
-def make_executor(execution: str, config: PolicyConfig, m: float = 0.1):
+def make_executor(execution: str, config: PolicyConfig, m: float = 0.1, control_rate: float = 50.0):
     if execution == "ensemble":
-        return TemporalEnsembler(m, config.chunk_size, config.action_dim)
+        return TemporalEnsembler(m, config.chunk_size, config.action_dim,
+                                 interval_ticks=float(control_rate) * ENSEMBLE_INTERVAL_S)
     if execution == "queue":
         return ChunkQueue(config.chunk_size, config.action_dim)
     raise ValueError(f"execution={execution!r} must be 'ensemble' or 'queue'")
@@ -133,7 +150,8 @@ class PolicyRuntime:
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", control_rate: float = 50.0):
+        """control_rate: Hz of the ticks the executor counts (the ensembling's time unit)."""
         from arm_act.policy.device import resolve_device
 
         if backend not in BACKENDS:
@@ -146,7 +164,8 @@ class PolicyRuntime:
         if threads is not None and threads < 1:
             raise ValueError(f"threads={threads} must be >= 1")
         self.threads = threads
-        self.executor = make_executor(execution, self.config, m)
+        self.control_rate = float(control_rate)
+        self.executor = make_executor(execution, self.config, m, self.control_rate)
         self.execution = execution
         self._instruction: str | None = None
         self._ids = self._ids_mask = None
@@ -169,7 +188,7 @@ class PolicyRuntime:
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
                         image_size: int | None = None, backend: str = "torch",
-                        device: str | torch.device = "cpu") -> PolicyRuntime:
+                        device: str | torch.device = "cpu", control_rate: float = 50.0) -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
@@ -177,7 +196,7 @@ class PolicyRuntime:
             expected["image_size"] = image_size
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
         return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
-                   device=device)
+                   device=device, control_rate=control_rate)
 
     def reset(self) -> None:
         self.executor.reset()

@@ -30,11 +30,37 @@ def test_ensembler_equals_offline_weighted_average(m, every):
             if start == tick:
                 ensembler.add_chunk(start, chunk)
         got = ensembler.action(tick)
-        # Offline: every chunk added so far that covers the tick, oldest first, w_i = exp(-m i).
-        rows = [c[tick - s] for s, c in zip(starts, chunks, strict=True) if s <= tick < s + K]
-        weights = np.exp(-m * np.arange(len(rows)))
-        expected = (weights[:, None] * np.array(rows)).sum(0) / weights.sum()
+        # Offline: every chunk added so far that covers the tick, oldest first, weighted
+        # exp(-m i) with i the start time after the oldest's in 100 ms units (5 ticks at
+        # 50 Hz): ACT's chunk index when chunks start every 5 ticks.
+        covering = [(s, c[tick - s]) for s, c in zip(starts, chunks, strict=True) if s <= tick < s + K]
+        rows = np.array([row for _, row in covering])
+        weights = np.exp(-m * np.array([s - covering[0][0] for s, _ in covering]) / 5.0)
+        expected = (weights[:, None] * rows).sum(0) / weights.sum()
         np.testing.assert_allclose(got, expected, rtol=1e-12)
+        if every == 5:  # exactly ACT's per-chunk rule
+            index_weights = np.exp(-m * np.arange(len(rows)))
+            assert np.array_equal(got, (index_weights[:, None] * rows).sum(0) / index_weights.sum())
+
+
+def test_ensembling_weighs_time_so_a_faster_camera_keeps_the_same_horizon():
+    # The same predictions, as chunks every 5 ticks or every tick: the weight on chunks that
+    # started at least 25 ticks (0.5 s) before the tick is the same share either way, where a
+    # per-chunk count would give the every-tick ensembler's oldest chunks most of it.
+    m, chunk_len, tick = 0.1, 50, 49
+    shares = {}
+    for every in (5, 1):
+        starts = np.arange(0, tick + 1, every, dtype=np.float64)
+        weights = np.exp(-m * (starts - starts[0]) / 5.0)
+        shares[every] = weights[tick - starts >= 25].sum() / weights.sum()
+    assert abs(shares[5] - shares[1]) < 0.05
+    ensembler = TemporalEnsembler(m, chunk_len, 1, interval_ticks=5.0)
+    for start in range(tick + 1):  # every chunk predicts its own start time: the action is the weighted start
+        ensembler.add_chunk(start, np.full((chunk_len, 1), float(start)))
+    weights = np.exp(-m * np.arange(tick + 1) / 5.0)
+    assert ensembler.action(tick)[0] == pytest.approx((weights * np.arange(tick + 1)).sum() / weights.sum())
+    with pytest.raises(ValueError, match="interval_ticks=0"):
+        TemporalEnsembler(m, K, A, interval_ticks=0)
 
 
 def test_ensembler_with_latency_uses_the_chunk_from_its_start_tick():

@@ -35,7 +35,8 @@ def _chunks(n, seed=0):
 
 def _reference(chunks, starts, latency, execution, m, ticks, max_step):
     """Naive: at tick t, the chunks computed at c <= t - latency; the ensemble is the
-    offline weighted average (oldest first, exp(-m i)) of those covering t, the queue the
+    offline weighted average (oldest first, exp(-m i), i the start time after the oldest's
+    in 5-tick units: 100 ms at 50 Hz) of those covering t, the queue the
     newest one's row (its last past the end); nothing -> the previous command, else the
     reset pose. Then clip to the limits and to the previous command +- max_step."""
     commands, previous = [], None
@@ -44,9 +45,10 @@ def _reference(chunks, starts, latency, execution, m, ticks, max_step):
         usable = [(c, ch) for c, ch in zip(starts, chunks, strict=True) if c + latency <= t]
         action = None
         if execution == "ensemble":
-            rows = [ch[t - c] for c, ch in usable if c <= t < c + K]
+            covering = sorted(((c, ch) for c, ch in usable if c <= t < c + K), key=lambda item: item[0])
+            rows = [ch[t - c] for c, ch in covering]
             if rows:
-                w = np.exp(-m * np.arange(len(rows)))
+                w = np.exp(-m * np.array([c - covering[0][0] for c, _ in covering]) / 5.0)
                 action = (w[:, None] * np.array(rows)).sum(0) / w.sum()
         elif usable:
             c, ch = max(usable, key=lambda item: item[0])

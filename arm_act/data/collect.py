@@ -145,6 +145,7 @@ class CollectConfig:
 
         sim = self.sim_config()
         return PolicyRuntime.from_checkpoint(self.policy, threads=1, cameras=tuple(c.name for c in sim.cameras),
+                                             control_rate=sim.control_rate_hz,
                                              image_size=sim.cameras[0].height)
 
 

@@ -242,7 +242,7 @@ class PolicyRunner:
         runtime = PolicyRuntime.from_checkpoint(
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
-            backend=settings.backend, device=settings.device)
+            backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz)
         measured = None
         if settings.ideal:
             latency_ticks = 0

@@ -214,6 +214,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 runtime = PolicyRuntime.from_checkpoint(
                     Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
                     threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
+                    control_rate=self.control_rate,
                 )
                 self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                        f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
@@ -329,7 +330,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             if self.runtime is not None and ("execution" in values or "ensemble_m" in values):
                 # A fresh chunk executor: the chunks of the old one are dropped, the selector
                 # holds the last command until the next camera pair's chunk.
-                self.runtime.executor = make_executor(execution, self.runtime.config, m)
+                self.runtime.executor = make_executor(execution, self.runtime.config, m, self.control_rate)
                 self.runtime.execution = execution
             if "stale_timeout" in values:
                 self.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
