@@ -123,3 +123,34 @@ def test_attention_round_trip():
     back = conv.attention_from_msg(conv.attention_msg(grids, ("front", "wrist")))
     np.testing.assert_allclose(back["front"], grids["front"], rtol=1e-6)
     assert set(back) == {"front", "wrist"}
+
+
+@pytest.mark.parametrize("seconds", [1.0, 1.02, 12345.678901234])
+def test_header_stamp_is_read_from_the_serialized_bytes(seconds):
+    from rclpy.serialization import serialize_message
+
+    image = conv.image_msg(seconds, np.zeros((8, 8, 3), np.uint8), "front")
+    chunk = conv.action_chunk_msg(seconds, np.zeros((50, 8)), 0.02)
+    for msg in (image, chunk):
+        raw = serialize_message(msg)
+        assert conv.header_stamp_ns(raw) == conv.stamp_to_ns(msg.header.stamp)
+
+
+def test_header_stamp_of_bytes_that_are_no_message_is_a_conversion_error():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    for bad in (b"", b"\x00\x01\x00\x00\x01", b"\x07\x07" + bytes(20),
+                b"\x00\x01\x00\x00" + (1).to_bytes(4, "little") + (2_000_000_000).to_bytes(4, "little")):
+        with pytest.raises(conv.ConversionError):
+            conv.header_stamp_ns(bad)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=40))
+    def fuzz(raw):
+        try:
+            assert conv.header_stamp_ns(raw) >= -(2**31) * 1_000_000_000
+        except conv.ConversionError:
+            pass
+
+    fuzz()

@@ -82,7 +82,7 @@ class _Probe:
         sub(Clock, "/clock", self.clock_callback, 10)
         sub(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.command_callback, 10)
         sub(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
-        sub(JointTrajectory, "policy/action_chunk", self.chunk_callback, 10)
+        sub(JointTrajectory, "policy/action_chunk", self.chunk_callback, 10, raw=True)  # stamps only
         sub(DiagnosticArray, "policy/diagnostics", self.diagnostics_callback, 10)
 
     def clock_callback(self, msg) -> None:
@@ -95,10 +95,11 @@ class _Probe:
             if self.current is not None:
                 self.current.commands.append((now, self.clock_ns))
 
-    def chunk_callback(self, msg) -> None:
+    def chunk_callback(self, raw: bytes) -> None:
+        stamp = self.conv.header_stamp_ns(raw)
         with self.lock:
             if self.current is not None:
-                self.current.chunks.append((self.conv.stamp_to_ns(msg.header.stamp), self.clock_ns))
+                self.current.chunks.append((stamp, self.clock_ns))
 
     def diagnostics_callback(self, msg) -> None:
         for status in msg.status:
