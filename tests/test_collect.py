@@ -235,11 +235,49 @@ def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expe
         held, other = ExpertAgent(), ExpertAgent()
         agent = MissTakeoverAgent(held, other)
         result = run_episode(env, agent, seed=3, n_blocks=2, render=False)
-        assert result.success and agent.handover_tick is None and not agent._watching
+        assert result.success and agent.handover_tick is None
         held.close()
         other.close()
+
+        # A block lost after the lift: the "policy" is the expert until the block is up, then
+        # lets it drop and closes again on nothing; the expert takes over and picks it up.
+        dropper, rescuer = _DropsAfterLift(), ExpertAgent()
+        agent = MissTakeoverAgent(dropper, rescuer)
+        result = run_episode(env, agent, seed=3, n_blocks=2, render=False)
+        assert dropper.dropped_at is not None and agent.handover_tick > dropper.dropped_at
+        assert result.success
+        dropper.close()
+        rescuer.close()
     finally:
         env.close()
+
+
+class _DropsAfterLift:
+    """The expert until the named block is 5 cm up, then the gripper opens for 0.3 s (the
+    block falls) and closes again where it is."""
+
+    def __init__(self):
+        from arm_act.sim.rollout import ExpertAgent
+
+        self.expert, self.dropped_at, self.arm = ExpertAgent(), None, None
+
+    def reset(self, obs):
+        self.expert.reset(obs)
+        self.dropped_at = None
+
+    def act(self, obs):
+        from arm_act.eval.in_process import named_block_position
+        from arm_act.sim.rollout import Command
+
+        block = named_block_position(obs.objects, obs.instruction)
+        if self.dropped_at is None and block is not None and block[2] > 0.07:
+            self.dropped_at, self.arm = obs.tick, np.array(obs.joint_state.position[:7])
+        if self.dropped_at is None:
+            return self.expert.act(obs)
+        return Command(self.arm, 0.04 if obs.tick - self.dropped_at < 15 else 0.0)
+
+    def close(self):
+        self.expert.close()
 
 
 def test_miss_handover_collection_through_the_command(tmp_path, capsys):

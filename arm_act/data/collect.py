@@ -178,35 +178,27 @@ class TakeoverAgent:
 class MissTakeoverAgent:
     """The policy drives until its grasp closes on nothing, then the scripted expert takes
     over (handover MISS). A miss: the policy commands the gripper closed and the fingers
-    close past MISS_OPENING, which no block lets them do. The expert plans from that state,
-    so its part opens the fingers, goes back over the block and grasps again: the recovery
-    the policy is to learn. Once the named block is lifted the watch ends (a later slip is
-    not what this collects)."""
+    close past MISS_OPENING, which no block lets them do: a grasp that closed short of the
+    block, or a block that slipped out after the lift. The expert plans from that state, so
+    its part opens the fingers, goes back over the block and grasps again: the recovery the
+    policy is to learn."""
 
     def __init__(self, policy, expert):
         """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
-        from arm_act.eval.in_process import CLOSED_COMMAND, LIFTED_Z, named_block_position
+        from arm_act.eval.in_process import CLOSED_COMMAND
 
-        self._closed_below, self._lifted_z, self._named = CLOSED_COMMAND, LIFTED_Z, named_block_position
+        self._closed_below = CLOSED_COMMAND
         self.policy, self.expert = policy, expert
         self.handover_tick: int | None = None
         self._closing = False  # the policy's last command closed the gripper
-        self._watching = True
 
     def reset(self, obs) -> None:
-        self.handover_tick, self._closing, self._watching = None, False, True
+        self.handover_tick, self._closing = None, False
         self.policy.reset(obs)
 
-    def _missed(self, obs) -> bool:
-        block = self._named(obs.objects, obs.instruction)
-        if block is not None and block[2] > self._lifted_z:  # held: the grasp worked
-            self._watching = False
-            return False
-        opening = float(np.mean(obs.joint_state.position[7:9]))
-        return self._closing and opening < MISS_OPENING
-
     def act(self, obs):
-        if self.handover_tick is None and self._watching and self._missed(obs):
+        opening = float(np.mean(obs.joint_state.position[7:9]))
+        if self.handover_tick is None and self._closing and opening < MISS_OPENING:
             self.handover_tick = obs.tick
             self.expert.reset(obs)
         if self.handover_tick is not None:
