@@ -121,6 +121,14 @@ def test_jerk_is_the_third_difference_over_dt_cubed_on_a_uniform_grid():
     np.testing.assert_allclose(jerk(times, q, np.zeros(20, dtype=np.int64)), expected, rtol=1e-9)
     # Windows that straddle an episode boundary are dropped.
     assert jerk(times, q, segment_ids(times, [int(times[10])])).shape == (17 - 3, 3)
+    # ... and so are the 3 windows around two commands logged with one stamp (they would
+    # divide by zero: the report's jerk RMS was nan for such a bag); the rest is unchanged.
+    repeated = times.copy()
+    repeated[8] = repeated[7]
+    got = jerk(repeated, q, np.zeros(20, dtype=np.int64))
+    assert got.shape == (17 - 3, 3) and np.isfinite(got).all()
+    np.testing.assert_allclose(got[:5], expected[:5], rtol=1e-9)  # windows 0-4 (commands 0-7)
+    np.testing.assert_allclose(got[6:], expected[9:], rtol=1e-9)  # windows 9-16; window 8 holds the moved command
 
 
 def test_cli_writes_plots_summary_and_json(tmp_path, capsys):

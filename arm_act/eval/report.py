@@ -164,15 +164,21 @@ def tracking_errors(state_t: np.ndarray, states: np.ndarray, command_t: np.ndarr
 
 def jerk(times_ns: np.ndarray, positions: np.ndarray, segments: np.ndarray) -> np.ndarray:
     """6 x third divided differences of positions (N, J) over times, within segments
-    -> (N-3 windows, J) in units/s^3."""
+    -> (windows, J) in units/s^3. Windows holding two commands with the same stamp are
+    left out (a bag stamped in sim time can log two commands in one 10 ms step, e.g. two
+    namespaced controllers' or a late one beside its successor): their differences divide
+    by zero."""
     if len(times_ns) < 4:
         return np.zeros((0, positions.shape[1] if positions.ndim == 2 else 1))
     t = (times_ns - times_ns[0]) * 1e-9
-    d1 = np.diff(positions, axis=0) / np.diff(t)[:, None]  # (N-1, J)
-    d2 = np.diff(d1, axis=0) / (t[2:] - t[:-2])[:, None]  # (N-2, J)
-    d3 = np.diff(d2, axis=0) / (t[3:] - t[:-3])[:, None]  # (N-3, J)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d1 = np.diff(positions, axis=0) / np.diff(t)[:, None]  # (N-1, J)
+        d2 = np.diff(d1, axis=0) / (t[2:] - t[:-2])[:, None]  # (N-2, J)
+        d3 = np.diff(d2, axis=0) / (t[3:] - t[:-3])[:, None]  # (N-3, J)
     same = (segments[3:] == segments[:-3])
-    return 6.0 * d3[same]
+    distinct = np.diff(t) > 0
+    window = distinct[:-2] & distinct[1:-1] & distinct[2:]  # the 3 steps of each 4-command window
+    return 6.0 * d3[same & window]
 
 
 def objects_success(objects_msg, instruction: str | None) -> bool | None:
