@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from arm_act import __version__
 
@@ -56,14 +58,34 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose or head.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # Ctrl-C raises KeyboardInterrupt as usual, and is also remembered: an interrupt that
+    # lands inside a native library can come out as that library's error instead (safetensors
+    # reported a checkpoint as "not a readable safetensors file" while it was being loaded),
+    # and that error is then the interrupt, not a problem with the file.
+    interrupted: list[int] = []
+
+    def on_sigint(signum, frame):
+        interrupted.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.getsignal(signal.SIGINT)
+    watching = previous is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    if watching:
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
         print(f"arm-act {name}: interrupted", file=sys.stderr)
         return 130
     except CommandError as exc:
+        if interrupted:
+            print(f"arm-act {name}: interrupted (while: {exc})", file=sys.stderr)
+            return 130
         print(f"arm-act {name}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if watching:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":
