@@ -30,13 +30,21 @@ def _interrupted_then(error: bool):
     return run
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler, as a fresh `arm-act` process has it (tests before this one
+    may have left another in place)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("error", [False, True])
-def test_ctrl_c_is_130_even_when_it_comes_out_as_a_library_error(monkeypatch, capsys, error):
+def test_ctrl_c_is_130_even_when_it_comes_out_as_a_library_error(monkeypatch, capsys, python_sigint, error):
     monkeypatch.setattr(budget, "run", _interrupted_then(error))
-    handler = signal.getsignal(signal.SIGINT)
     assert cli.main(["budget"]) == 130
     assert "arm-act budget: interrupted" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is handler  # restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
 def test_an_error_without_an_interrupt_is_still_exit_2(monkeypatch, capsys):
