@@ -220,18 +220,24 @@ def test_arm_act_train_end_to_end(tmp_path, capsys):
     for i in range(3):
         write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
     write_demo_bag(data / "ep_failed", ticks=20, success=False, final_state="failure")
+    # A takeover episode the policy finished alone: left out from its metadata, never decoded.
+    write_demo_bag(data / "ep_policy_only", ticks=20, metadata={"expert_from_s": "none"})
     out = tmp_path / "runs" / "tiny"
     argv = ["train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS,
             "--steps", "3", "--seed", "1"]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "3 used, 1 failed skipped" in printed and "checkpoint:" in printed
+    assert "3 used, 1 failed skipped, 0 incomplete skipped, 1 the policy finished alone skipped" in printed
+    assert "checkpoint:" in printed
     model, normalizer, config = load_checkpoint(out)
     assert (config.width, config.chunk_size) == (32, 5)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 3 and metrics["train"]["seed"] == 1
     assert metrics["data"]["skipped_failed"] == 1 and metrics["data"]["episodes"] == 3
-    assert (out / "loss_curves.png").exists() and list((tmp_path / "runs" / ".cache").glob("*.episode"))
+    assert metrics["data"]["skipped_policy_only"] == 1
+    assert (out / "loss_curves.png").exists()
+    cached = sorted(p.name for p in (tmp_path / "runs" / ".cache").glob("*.episode"))
+    assert len(cached) == 4 and not any("policy_only" in name for name in cached)
 
     # Another config on the same --out: one line, exit status 2, the checkpoint untouched.
     assert cli.main(argv + ["--config", "width=64"]) == 2
@@ -239,6 +245,15 @@ def test_arm_act_train_end_to_end(tmp_path, capsys):
     assert err[-1].startswith("arm-act train: error: training state") and "width" in err[-1]
     assert cli.main(["train", "--data", str(data), "--out", str(out), "--config", "wdth=3"]) == 2
     assert "unknown setting 'wdth'" in capsys.readouterr().err
+
+
+def test_arm_act_train_on_takeover_bags_the_policy_finished_alone_is_a_clear_error(tmp_path, capsys):
+    for i in range(2):
+        write_demo_bag(tmp_path / "data" / f"ep_{i}", ticks=10, metadata={"expert_from_s": "none"})
+    assert cli.main(["train", "--data", str(tmp_path / "data"), "--out",
+                     str(tmp_path / "out"), "--config", *TINY_FLAGS]) == 2
+    assert "all 2 bags are takeover episodes the policy finished alone" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_arm_act_train_rejects_bags_without_commands(tmp_path, capsys):

@@ -207,6 +207,12 @@ def _qos_dicts(profiles) -> tuple:
     return tuple(dump_qos_v9(list(profiles)))
 
 
+def custom_data(path: str | os.PathLike) -> dict[str, str]:
+    """A bag's custom metadata (from metadata.yaml, or the marker of one the writer did not
+    close) without reading its messages: what a caller needs to decide whether to read it."""
+    return _inspect(path).custom_data
+
+
 def bag_info(path: str | os.PathLike) -> BagInfo:
     """Topics, types, counts, time range and custom metadata of a complete or incomplete bag."""
     layout = _inspect(path)

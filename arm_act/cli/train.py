@@ -203,8 +203,9 @@ def run(args) -> int:
     final = metrics["final"]
     val = "-" if final["val_l1"] is None else f"{final['val_l1']:.4f}"
     print(f"episodes:   {len(data.demos)} used, {data.failed} failed skipped, "
-          f"{data.incomplete} incomplete skipped "
-          f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
+          f"{data.incomplete} incomplete skipped"
+          + (f", {data.policy_only} the policy finished alone skipped " if data.policy_only else " ")
+          + f"({metrics['data']['train_episodes']} train / {metrics['data']['val_episodes']} val)")
     print(f"frames:     {metrics['data']['frames']} ({metrics['data']['train_frames']} train)")
     world = metrics["distributed"]["world_size"]
     print(f"steps:      {metrics['steps']} x batch {train_config.batch_size}"

@@ -5,8 +5,9 @@ labels and the rendered grounding layouts, with a description of the data for me
     train(data.demos, policy_config, train_config, out, grounding=data.grounding, data_info=data.info)
 
 Bags are found by arm_act.bags.find_bags (at any depth under each path) and decoded through
-the cache (arm_act.data.dataset); incomplete bags and failed demonstrations are skipped and
-counted. Demonstrations of different (control, camera) rates are refused: a chunk is K
+the cache (arm_act.data.dataset); incomplete bags, failed demonstrations and takeover
+episodes the policy finished alone (read from the bag's metadata, never decoded) are skipped
+and counted. Demonstrations of different (control, camera) rates are refused: a chunk is K
 control ticks, and mixing rates would mix what one step of it means.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ class TrainingData:
     bags_found: int
     failed: int  # failed demonstrations skipped
     incomplete: int  # incomplete bags skipped
+    policy_only: int = 0  # takeover bags the policy finished alone, skipped unread
 
 
 def sim_config_for(policy_config):
@@ -85,16 +87,23 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
     """Everything training reads (module docstring). Raises DatasetError for bags that
     cannot be used (none found, damaged, none successful, mixed rates) and ValueError for
     grounding settings that do not fit the policy."""
-    from arm_act.bags import BagError, find_bags
+    from arm_act.bags import BagError, custom_data, find_bags
 
     try:
         bags = find_bags(dirs)
+        # A takeover bag whose policy finished alone demonstrates nothing (EpisodeArrays.success
+        # is False for it): left out from its metadata, before its images are decoded.
+        wanted = [bag for bag in bags if custom_data(bag).get("expert_from_s") != "none"]
     except BagError as exc:
         raise DatasetError(str(exc)) from None
-    episodes = load_dataset(dirs, cache, policy_config.cameras)
+    policy_only = len(bags) - len(wanted)
+    if not wanted:
+        raise DatasetError(f"all {len(bags)} bags are takeover episodes the policy finished alone "
+                           f"(the expert never took over); nothing to train on")
+    episodes = load_dataset(wanted, cache, policy_config.cameras)
     good = [e for e in episodes if e.success]
     failed = len(episodes) - len(good)
-    incomplete = len(bags) - len(episodes)
+    incomplete = len(wanted) - len(episodes)
     if not good:
         raise DatasetError(f"none of the {len(episodes)} demonstrations succeeded; nothing to train on")
     rates = sorted({(e.control_rate, e.camera_rate) for e in good})
@@ -102,16 +111,18 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
         raise DatasetError(f"the demonstrations mix (control, camera) rates {rates}; train on bags of one rate")
     info = {"dirs": [str(d) for d in dirs], "bags_found": len(bags),
             "control_rate": rates[0][0], "camera_rate": rates[0][1],
-            "skipped_incomplete": incomplete, "skipped_failed": failed, "cache": str(cache)}
-    logger.info("training on %d demonstrations (%d frames); skipped %d failed and %d incomplete",
-                len(good), sum(e.n_frames for e in good), failed, incomplete)
+            "skipped_incomplete": incomplete, "skipped_failed": failed, "skipped_policy_only": policy_only,
+            "cache": str(cache)}
+    logger.info("training on %d demonstrations (%d frames); skipped %d failed, %d incomplete and %d "
+                "takeover episodes the policy finished alone", len(good), sum(e.n_frames for e in good), failed,
+                incomplete, policy_only)
     grounding: list = []
     if policy_config.target_weight > 0:
         label_pixels(good, policy_config)
     if train_config.grounding_layouts:
         grounding = grounding_frames(good, policy_config, train_config, cache)
         info["grounding_layouts"] = len(grounding)
-    return TrainingData(good, grounding, info, len(bags), failed, incomplete)
+    return TrainingData(good, grounding, info, len(bags), failed, incomplete, policy_only)
 
 
 def train_from_bags(dirs: Sequence[str | os.PathLike], out: Path, cache: Path, policy_config, train_config,
