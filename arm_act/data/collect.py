@@ -149,60 +149,73 @@ class CollectConfig:
                                              image_size=sim.cameras[0].height)
 
 
-class TakeoverAgent:
-    """The policy drives until `handover_s` (sim seconds), then the scripted expert takes over
-    from whatever state the policy left (ScriptedExpert plans from the state it is reset
-    in). Recorded, the expert's part labels the states the policy itself reaches: DAgger's
-    idea (Ross et al. 2011) with the expert's own rollout as the label."""
+class _HandoverAgent:
+    """The policy drives until `_hands_over(obs)`, then the scripted expert takes over from
+    whatever state the policy left (ScriptedExpert plans from the state it is reset in) and
+    drives to the end. handover_tick: the first tick the expert commanded, None before."""
 
-    def __init__(self, policy, expert, handover_s: float):
+    def __init__(self, policy, expert):
         """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
-        if not handover_s >= 0:
-            raise ValueError(f"handover_s={handover_s} must be >= 0")
-        self.policy, self.expert, self.handover_s = policy, expert, float(handover_s)
-        self.handover_tick: int | None = None  # the first tick the expert commanded
+        self.policy, self.expert = policy, expert
+        self.handover_tick: int | None = None
 
     def reset(self, obs) -> None:
         self.handover_tick = None
         self.policy.reset(obs)
 
+    def _hands_over(self, obs) -> bool:
+        raise NotImplementedError
+
+    def _policy_act(self, obs):
+        return self.policy.act(obs)
+
     def act(self, obs):
-        if obs.time < self.handover_s - 1e-9:
-            return self.policy.act(obs)
-        if self.handover_tick is None:
+        if self.handover_tick is None and self._hands_over(obs):
             self.handover_tick = obs.tick
             self.expert.reset(obs)
-        return self.expert.act(obs)
+        if self.handover_tick is not None:
+            return self.expert.act(obs)
+        return self._policy_act(obs)
 
 
-class MissTakeoverAgent:
+class TakeoverAgent(_HandoverAgent):
+    """The policy drives until `handover_s` (sim seconds), then the scripted expert takes
+    over. Recorded, the expert's part labels the states the policy itself reaches: DAgger's
+    idea (Ross et al. 2011) with the expert's own rollout as the label."""
+
+    def __init__(self, policy, expert, handover_s: float):
+        if not handover_s >= 0:
+            raise ValueError(f"handover_s={handover_s} must be >= 0")
+        super().__init__(policy, expert)
+        self.handover_s = float(handover_s)
+
+    def _hands_over(self, obs) -> bool:
+        return obs.time >= self.handover_s - 1e-9
+
+
+class MissTakeoverAgent(_HandoverAgent):
     """The policy drives until its grasp closes on nothing, then the scripted expert takes
     over (handover MISS). A miss: the policy commands the gripper closed and the fingers
     close past MISS_OPENING, which no block lets them do: a grasp that closed short of the
     block, or a block that slipped out after the lift. The expert plans from that state, so
     its part opens the fingers, goes back over the block and grasps again: the recovery the
-    policy is to learn."""
+    policy is to learn. A NaN finger position is never a miss (the policy keeps driving)."""
 
     def __init__(self, policy, expert):
-        """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
         from arm_act.eval.in_process import CLOSED_COMMAND
 
+        super().__init__(policy, expert)
         self._closed_below = CLOSED_COMMAND
-        self.policy, self.expert = policy, expert
-        self.handover_tick: int | None = None
         self._closing = False  # the policy's last command closed the gripper
 
     def reset(self, obs) -> None:
-        self.handover_tick, self._closing = None, False
-        self.policy.reset(obs)
+        self._closing = False
+        super().reset(obs)
 
-    def act(self, obs):
-        opening = float(np.mean(obs.joint_state.position[7:9]))
-        if self.handover_tick is None and self._closing and opening < MISS_OPENING:
-            self.handover_tick = obs.tick
-            self.expert.reset(obs)
-        if self.handover_tick is not None:
-            return self.expert.act(obs)
+    def _hands_over(self, obs) -> bool:
+        return self._closing and float(np.mean(obs.joint_state.position[7:9])) < MISS_OPENING
+
+    def _policy_act(self, obs):
         cmd = self.policy.act(obs)
         self._closing = cmd.gripper < self._closed_below
         return cmd
