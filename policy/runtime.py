@@ -165,6 +165,7 @@ class PolicyRuntime:
             raise ValueError(f"threads={threads} must be >= 1")
         self.threads = threads
         self.control_rate = float(control_rate)
+        self.m = float(m)
         self.executor = make_executor(execution, self.config, m, self.control_rate)
         self.execution = execution
         self._instruction: str | None = None
@@ -183,6 +184,12 @@ class PolicyRuntime:
                 logger.warning("backend='onnx' unavailable, using torch: %s", self.backend_note)
             else:
                 self.backend = "onnx"
+
+    def set_control_rate(self, control_rate: float) -> None:
+        """Count the executor's ticks at another rate: a fresh, empty executor when it changes."""
+        if float(control_rate) != self.control_rate:
+            self.control_rate = float(control_rate)
+            self.executor = make_executor(self.execution, self.config, self.m, self.control_rate)
 
     @classmethod
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,

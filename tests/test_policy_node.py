@@ -294,3 +294,19 @@ def test_a_node_that_gets_nothing_says_what_it_waits_for(ros_context, tiny_check
     finally:
         policy.destroy_node()
         listener.destroy_node()
+
+
+def test_a_given_runtime_ensembles_in_the_nodes_ticks(ros_context, tiny_checkpoint):
+    """A PolicyRuntime handed to the node counts its ensembling time in the node's control
+    ticks, not in the 50 Hz it was built with."""
+    from arm_act.policy.checkpoint import load_checkpoint
+
+    model, normalizer, _ = load_checkpoint(tiny_checkpoint)
+    runtime = PolicyRuntime(model, normalizer, m=0.2)
+    assert (runtime.control_rate, runtime.executor.interval_ticks) == (50.0, 5.0)
+    policy = PolicyNode(context=ros_context, runtime=runtime, parameter_overrides=_params(control_rate=100))
+    try:
+        assert policy.runtime is runtime
+        assert (runtime.control_rate, runtime.executor.interval_ticks, runtime.executor.m) == (100.0, 10.0, 0.2)
+    finally:
+        policy.destroy_node()

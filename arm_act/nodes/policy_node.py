@@ -207,7 +207,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
         try:
             runtime = self._given_runtime
-            if runtime is None:
+            if runtime is not None:  # its ensembling counts this node's ticks
+                runtime.set_control_rate(self.control_rate)
+            else:
                 checkpoint = p("checkpoint") or str(default_checkpoint())
                 if p("backend") not in BACKENDS:
                     raise ValueError(f"backend={p('backend')!r} must be one of {list(BACKENDS)}")
@@ -331,7 +333,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 # A fresh chunk executor: the chunks of the old one are dropped, the selector
                 # holds the last command until the next camera pair's chunk.
                 self.runtime.executor = make_executor(execution, self.runtime.config, m, self.control_rate)
-                self.runtime.execution = execution
+                self.runtime.execution, self.runtime.m = execution, float(m)
             if "stale_timeout" in values:
                 self.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
             if "max_joint_speed" in values and self.selector is not None:
