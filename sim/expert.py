@@ -16,7 +16,9 @@ measured pose: demonstrations of recovering from off-nominal states.
 
 Taking over mid-task: reset() plans from the state it is given, so it can take over from
 another agent (DAgger-style relabelling, `arm-act collect --policy`). With the named block
-already between the fingers the plan is the place part only.
+already between the fingers the plan is the place part only; with open fingers at the
+block's grasp pose (NEAR_GRASP_XY, NEAR_GRASP_Z) it moves straight there and grasps, so
+the recorded part corrects the other agent's aim instead of starting the approach again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ TOP_DOWN = np.array([1.0, 0.0, 0.0, 0.0])
 """Quaternion (xyzw) of a rotation by pi about x: the hand's z axis (the gripper) points
 down. Composed with a yaw about world z; at yaw 0 the fingers close along world y."""
 _PERTURBABLE = frozenset({"above_block", "descend", "lift", "above_box", "lower"})
+NEAR_GRASP_XY = 0.04
+NEAR_GRASP_Z = (0.01, 0.03)
+"""m: an expert taking over with open fingers this close to the named block's grasp pose
+(horizontally; below, above) moves straight to it and grasps (ScriptedExpert._plan_from)."""
 PERTURBATION_SEED_OFFSET = 1_000_003  # away from the episode seed itself, which draws the scene (sim.env)
 
 
@@ -238,13 +244,29 @@ class ScriptedExpert:
         in_hand = (0.006 < fingers < GRIPPER_MAX - 0.005
                    and float(np.linalg.norm(self._block.position - grasp_point)) < 0.03)
         if not in_hand:
-            return self._pick_plan() + self._place_plan()
+            pick = self._pick_plan()
+            if self._at_the_block(grasp_point, fingers):
+                # Taking over at a grasp the other agent was about to close: straight to the
+                # grasp pose from here (a correction of its aim), not back up to ABOVE_BLOCK.
+                pick = [dataclasses.replace(pick[1], duration=0.0), *pick[2:]]
+                logger.debug("expert: taking over at the block, plan %s", [w.kind.value for w in pick])
+            return pick + self._place_plan()
         place = self._place_plan()
         over_box = float(np.linalg.norm(grasp_point[:2] - self._box.position[:2])) < 0.02
         if over_box and grasp_point[2] < self.config.carry_height + 0.02:
             place = place[1:]
         logger.debug("expert: taking over with the block in hand, plan %s", [w.kind.value for w in place])
         return place
+
+    def _at_the_block(self, grasp_point: np.ndarray, fingers: float) -> bool:
+        """Fingers open around the named block's grasp pose: within NEAR_GRASP_XY of it
+        horizontally and NEAR_GRASP_Z (below, above) of its height."""
+        assert self._block is not None
+        grasp = self._block.position + np.array([0.0, 0.0, self.config.grasp_depth])
+        below, above = NEAR_GRASP_Z
+        return bool(fingers > GRIPPER_MAX - 0.005
+                    and float(np.linalg.norm(grasp_point[:2] - grasp[:2])) < NEAR_GRASP_XY
+                    and -below < float(grasp_point[2] - grasp[2]) < above)
 
     def _update_objects(self, objects: list[ObjectState] | None) -> None:
         for obj in objects or ():

@@ -252,6 +252,73 @@ def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expe
         env.close()
 
 
+class _AimsShort:
+    """The expert, seeing the named block `dx` metres off in x: it grasps beside the block."""
+
+    def __init__(self, dx):
+        from arm_act.sim.rollout import ExpertAgent
+
+        self.dx, self.inner = dx, ExpertAgent()
+
+    def _shifted(self, obs):
+        import dataclasses
+
+        objects = [dataclasses.replace(o, position=o.position + [self.dx, 0.0, 0.0])
+                   if o.kind == "block" and o.colour in obs.instruction.split() else o for o in obs.objects]
+        return dataclasses.replace(obs, objects=objects)
+
+    def reset(self, obs):
+        self.inner.reset(self._shifted(obs))
+
+    def act(self, obs):
+        return self.inner.act(self._shifted(obs))
+
+    def close(self):
+        self.inner.close()
+
+
+def test_grasp_handover_takes_over_as_the_policy_starts_to_close_and_the_expert_corrects_the_aim():
+    from arm_act.data.collect import GraspTakeoverAgent
+    from arm_act.eval.in_process import GraspTracker
+    from arm_act.sim import ArmEnv, SimConfig
+    from arm_act.sim.rollout import ExpertAgent, run_episode
+
+    env = ArmEnv(SimConfig())
+    try:
+        # Alone, an aim 2.5 cm short grasps off-centre, by the block's edge.
+        short = _AimsShort(-0.025)
+        tracker = GraspTracker(env)
+        run_episode(env, short, seed=3, n_blocks=2, render=False, on_tick=tracker.on_tick)
+        assert tracker.first_offset[0] == pytest.approx(-2.5, abs=0.6)
+        short.close()
+
+        short, expert = _AimsShort(-0.025), ExpertAgent()
+        agent = GraspTakeoverAgent(short, expert)
+        commands, fingers, first_waypoint = [], [], []
+        tracker = GraspTracker(env)
+
+        def on_tick(obs, cmd):
+            if obs.tick == agent.handover_tick:
+                first_waypoint.append(expert.expert.waypoint.kind.value)
+            commands.append(cmd.gripper)
+            fingers.append(float(np.mean(obs.joint_state.position[7:9])))
+            tracker.on_tick(obs, cmd)
+
+        result = run_episode(env, agent, seed=3, n_blocks=2, render=False, on_tick=on_tick)
+        tick = agent.handover_tick
+        # Handed over on the tick the policy's command would have started closing: every
+        # command before it open, the fingers still open there; then one grasp, centred.
+        assert tick is not None and max(commands[:tick]) == min(commands[:tick]) == pytest.approx(0.04)
+        assert fingers[tick] > 0.035
+        assert first_waypoint == ["descend"]  # straight to the grasp pose, not back up above the block
+        assert tracker.grasps == 1 and abs(tracker.first_offset[0]) < 1.0
+        assert result.success
+        short.close()
+        expert.close()
+    finally:
+        env.close()
+
+
 class _DropsAfterLift:
     """The expert until the named block is 5 cm up, then the gripper opens for 0.3 s (the
     block falls) and closes again where it is."""
@@ -280,24 +347,27 @@ class _DropsAfterLift:
         self.expert.close()
 
 
-def test_miss_handover_collection_through_the_command(tmp_path, capsys):
-    """`--handover miss` records which episodes the expert finished and where it started."""
-    out = tmp_path / "miss"
-    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "miss", "--episodes", "1",
+@pytest.mark.parametrize("word", ["miss", "grasp"])
+def test_word_handover_collection_through_the_command(tmp_path, capsys, word):
+    """`--handover miss|grasp` records which episodes the expert finished and where it started."""
+    out = tmp_path / word
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", word, "--episodes", "1",
                      "--out", str(out), *ARGS]) == 0
     summary = json.loads(capsys.readouterr().out)
     record = summary["episodes_detail"][0]
     custom = bag_info(out / "episode_3").custom_data
-    assert summary["handover"] == "miss" and custom["handover"] == "miss" and "handover_s" not in custom
+    assert summary["handover"] == word and custom["handover"] == word and "handover_s" not in custom
+    if word == "grasp":  # the shipped policy grasps in this episode, so the expert took over
+        assert record["expert_from_s"] is not None
     # Whichever way the shipped policy's grasp went, the bag says where the expert's part starts.
     assert (custom["expert_from_s"] == "none") == (record["expert_from_s"] is None)
 
 
-def test_miss_is_the_only_word_handover_takes(tmp_path, capsys):
+def test_miss_and_grasp_are_the_only_words_handover_takes(tmp_path, capsys):
     from arm_act.data.collect import CollectConfig
 
-    with pytest.raises(ValueError, match=re.escape("handover='later' must be (lo, hi) seconds or 'miss'")):
+    with pytest.raises(ValueError, match=re.escape("handover='later' must be (lo, hi) seconds, 'miss' or 'grasp'")):
         CollectConfig(out=tmp_path, policy=SHIPPED, handover="later")
     assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "later", "--episodes", "1",
                      "--out", str(tmp_path / "x"), *ARGS]) == 2
-    assert "--handover 'later' must be seconds LO-HI, e.g. 1-10, or miss" in capsys.readouterr().err
+    assert "--handover 'later' must be seconds LO-HI, e.g. 1-10, miss or grasp" in capsys.readouterr().err

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from arm_act.sim import ArmEnv, ExpertConfig, ScriptedExpert, SimConfig, WaypointKind
-from arm_act.sim.backend import quat_from_yaw, quat_multiply
+from arm_act.sim.backend import quat_from_yaw, quat_multiply, yaw_of
 from arm_act.sim.expert import face_yaw, grasp_yaw, min_jerk
-from arm_act.sim.rollout import Command, ExpertAgent, Observation, run_episode, run_expert_episodes
+from arm_act.sim.rollout import Command, ExpertAgent, Observation, observe, run_episode, run_expert_episodes
 
 pytestmark = pytest.mark.unit
 
@@ -74,8 +74,9 @@ class _Handover:
     """Agent: one expert until the first tick of segment `kind`, then a fresh expert takes
     over from that state (what TakeoverAgent does after a policy)."""
 
-    def __init__(self, kind: WaypointKind):
-        self.kind, self.first, self.second = kind, ExpertAgent(), ExpertAgent()
+    def __init__(self, kind: WaypointKind, when=None):
+        """when(obs): also required for the handover (None: the segment's first tick)."""
+        self.kind, self.when, self.first, self.second = kind, when, ExpertAgent(), ExpertAgent()
         self.plan: list[WaypointKind] | None = None
 
     def reset(self, obs):
@@ -85,7 +86,7 @@ class _Handover:
     def act(self, obs):
         if self.plan is None:
             wp = self.first.expert.waypoint
-            if wp is None or wp.kind is not self.kind:
+            if wp is None or wp.kind is not self.kind or (self.when is not None and not self.when(obs)):
                 return self.first.act(obs)
             self.second.reset(obs)
             self.plan = [w.kind for w in self.second.expert._plan]
@@ -96,17 +97,54 @@ class _Handover:
         self.second.close()
 
 
-@pytest.mark.parametrize("kind,plan", [
-    (WaypointKind.LIFT, ["above_box", "lower", "release", "retreat"]),  # block in hand, away from the box
-    (WaypointKind.LOWER, ["lower", "release", "retreat"]),  # already over the box
-    (WaypointKind.DESCEND, ["above_block", "descend", "grasp", "lift", "above_box", "lower", "release", "retreat"]),
+def _near_grasp_height(env):
+    """During DESCEND: the grasp point within 2 cm above the named block's centre."""
+    def when(obs):
+        blk = next(o for o in obs.objects if o.colour == env.target_colour)
+        return env.grasp_point()[2] - blk.position[2] < 0.02
+    return when
+
+
+@pytest.mark.parametrize("kind,near,plan", [
+    (WaypointKind.LIFT, False, ["above_box", "lower", "release", "retreat"]),  # block in hand, away from the box
+    (WaypointKind.LOWER, False, ["lower", "release", "retreat"]),  # already over the box
+    (WaypointKind.DESCEND, False,
+     ["above_block", "descend", "grasp", "lift", "above_box", "lower", "release", "retreat"]),
+    # At the grasp pose with open fingers: straight to the grasp, not back up to above_block.
+    (WaypointKind.DESCEND, True, ["descend", "grasp", "lift", "above_box", "lower", "release", "retreat"]),
 ])
-def test_expert_takes_over_mid_task_from_the_state_it_finds(env, kind, plan):
-    agent = _Handover(kind)
+def test_expert_takes_over_mid_task_from_the_state_it_finds(env, kind, near, plan):
+    agent = _Handover(kind, _near_grasp_height(env) if near else None)
     result = run_episode(env, agent, 5, 3, render=False)
     agent.close()
     assert [k.value for k in agent.plan] == plan
     assert result.success
+
+
+@pytest.mark.parametrize("dx,plan", [
+    (0.025, "descend"),  # a grasp about to close 2.5 cm short: the expert slides there and grasps
+    (0.06, "above_block"),  # too far from the grasp pose: the approach starts again
+])
+def test_expert_corrects_an_off_centre_grasp_from_where_it_is(env, dx, plan):
+    from arm_act.sim.expert import NEAR_GRASP_XY
+
+    near = _near_grasp_height(env)
+    agent = _Handover(WaypointKind.DESCEND, near)
+    first_act = agent.act
+
+    def act(obs):  # the moment of the handover: move the block so the hand is dx off in x
+        if agent.plan is None and agent.first.expert.waypoint is not None \
+                and agent.first.expert.waypoint.kind is WaypointKind.DESCEND and near(obs):
+            blk = next(o for o in obs.objects if o.colour == env.target_colour)
+            env.place_block(env.target_colour, blk.position + [dx, 0.0, 0.0], yaw=yaw_of(blk.orientation))
+            obs = observe(env, render=False)
+        return first_act(obs)
+
+    agent.act = act
+    result = run_episode(env, agent, 5, 3, render=False)
+    agent.close()
+    assert (dx < NEAR_GRASP_XY) == (plan == "descend")
+    assert agent.plan[0].value == plan and result.success
 
 
 def test_env_grasp_point_is_the_experts_forward_kinematics(env):

@@ -131,7 +131,7 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
 @pytest.mark.parametrize("change,message", [
     ({"demos": []}, "demos"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),
-    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*or miss"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*miss or grasp"),
     ({"evals": [{"name": "a b", "episodes": 1, "seed": 1}]}, "name"),
     ({"train": {"train": {"stepz": 3}}}, "stepz"),
     ({"train": {"train": {"steps": 0}}}, "steps"),
@@ -156,12 +156,13 @@ def test_a_demo_set_can_randomise_the_world():
 
 
 @pytest.mark.unit
-def test_a_round_can_hand_over_at_a_missed_grasp():
-    rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": "miss"}]
+@pytest.mark.parametrize("word", ["miss", "grasp"])
+def test_a_round_can_hand_over_at_a_missed_grasp_or_at_the_grasp(word):
+    rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": word}]
     config = from_dict({**TINY, "rounds": rounds}, ROOT / "config")
-    assert config.rounds[0].handover == "miss"
+    assert config.rounds[0].handover == word
     stage = next(s for s in Pipeline(config, Path("/nonexistent/run")).stages if s.name == "collect_regrasp")
-    assert stage.params["handover"] == "miss"
+    assert stage.params["handover"] == word
 
 
 @pytest.mark.unit

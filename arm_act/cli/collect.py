@@ -45,8 +45,9 @@ def configure(parser) -> None:
     group.add_argument("--policy", type=Path, metavar="CKPT_DIR",
                        help="a checkpoint that drives each episode until the handover time")
     group.add_argument("--handover", metavar="LO-HI",
-                       help="handover time range, sim seconds (with --policy; default 1-10), or miss: the expert "
-                            "takes over only when the policy's grasp closes on nothing (re-grasp demonstrations)")
+                       help="handover time range, sim seconds (with --policy; default 1-10); miss: the expert "
+                            "takes over only when the policy's grasp closes on nothing (re-grasp demonstrations); "
+                            "grasp: as the policy starts to close the gripper (aim corrections)")
     group.add_argument("--latency-ticks", type=int,
                        help="control ticks before a chunk is usable (with --policy; default 1)")
     parser.add_argument("--resume", action="store_true",
@@ -55,13 +56,13 @@ def configure(parser) -> None:
 
 
 def _parse_handover(text: str) -> tuple[float, float] | str:
-    if text == "miss":
+    if text in ("miss", "grasp"):
         return text
     try:
         lo, _, hi = text.partition("-")
         return float(lo), float(hi or lo)
     except ValueError:
-        raise CommandError(f"--handover {text!r} must be seconds LO-HI, e.g. 1-10, or miss") from None
+        raise CommandError(f"--handover {text!r} must be seconds LO-HI, e.g. 1-10, miss or grasp") from None
 
 
 def run(args) -> int:

@@ -16,6 +16,10 @@ CollectConfig.handover by handover_time(seed); then the scripted expert takes ov
 state and finishes the task. With handover "miss" the expert takes over only when the
 policy's grasp has closed on nothing (MissTakeoverAgent): its part then demonstrates the
 re-grasp the policy never makes; an episode without a missed grasp demonstrates nothing.
+With handover "grasp" it takes over at the tick the policy starts to close the gripper
+(GraspTakeoverAgent), before the fingers move: from there the expert moves straight to the
+block's grasp pose and grasps (sim.expert NEAR_GRASP_XY), so its part corrects the policy's
+aim at the moment it matters.
 The whole episode is recorded; custom_data expert_from_s marks where the expert's commands
 start ("none" when the episode ended first), and training uses only the frames from there on.
 
@@ -53,6 +57,7 @@ logger = logging.getLogger(__name__)
 COMPRESSIONS = (None, "zstd")
 DEFAULT_HANDOVER = (1.0, 10.0)  # s
 MISS = "miss"  # CollectConfig.handover: the expert takes over when the policy's grasp closes on nothing
+GRASP = "grasp"  # CollectConfig.handover: the expert takes over as the policy starts to close the gripper
 MISS_OPENING = 0.008  # m per finger: closed this far, the fingers hold nothing (a 3.2-4.8 cm block keeps 1.6-2.4 cm)
 DEFAULT_TAKEOVER_LATENCY = 1  # control ticks
 HANDOVER_SEED_OFFSET = 2_000_003  # apart from the scene (seed) and the perturbations (seed + 1_000_003)
@@ -80,7 +85,8 @@ class CollectConfig:
     compression: str | None = None
     policy: Path | None = None
     handover: tuple[float, float] | str | None = None
-    """(lo, hi) sim seconds, or MISS: hand over when the policy's grasp closes on nothing."""
+    """(lo, hi) sim seconds, MISS: hand over when the policy's grasp closes on nothing, or
+    GRASP: as the policy starts to close the gripper."""
     latency_ticks: int | None = None
     world: str | None = None
     """A world perturbation (arm_act.sim.perturb: lighting, camera, size, distractors, crowded,
@@ -110,8 +116,8 @@ class CollectConfig:
         if self.latency_ticks is None:
             object.__setattr__(self, "latency_ticks", DEFAULT_TAKEOVER_LATENCY)
         if isinstance(self.handover, str):
-            if self.handover != MISS:
-                raise ValueError(f"handover={self.handover!r} must be (lo, hi) seconds or {MISS!r}")
+            if self.handover not in (MISS, GRASP):
+                raise ValueError(f"handover={self.handover!r} must be (lo, hi) seconds, {MISS!r} or {GRASP!r}")
         else:
             lo, hi = map(float, self.handover)
             if not (0 <= lo <= hi < math.inf):
@@ -221,6 +227,38 @@ class MissTakeoverAgent(_HandoverAgent):
         return cmd
 
 
+class GraspTakeoverAgent(_HandoverAgent):
+    """The policy drives until the tick its gripper command first drops below
+    GRASP_COMMAND (it starts to close), then the scripted expert takes over on that tick,
+    the policy's command unused: the fingers are still open around wherever the policy
+    aimed. Within NEAR_GRASP_XY of the block's grasp pose the expert moves straight there
+    and grasps (sim.expert), so its part is a correction of the aim; further away it starts
+    the approach again. A NaN gripper command never hands over (the comparison is false)."""
+
+    def __init__(self, policy, expert):
+        from arm_act.sim.robot import GRIPPER_MAX
+
+        super().__init__(policy, expert)
+        self._closing_below = GRIPPER_MAX - 0.005
+        self._closing = False
+
+    def reset(self, obs) -> None:
+        self._closing = False
+        super().reset(obs)
+
+    def _hands_over(self, obs) -> bool:
+        return False  # decided on the policy's command of the tick, in act
+
+    def act(self, obs):
+        if self.handover_tick is None:
+            cmd = self.policy.act(obs)
+            if not cmd.gripper < self._closing_below:
+                return cmd
+            self.handover_tick = obs.tick
+            self.expert.reset(obs)
+        return self.expert.act(obs)
+
+
 class CollectionWorker:
     """One process's env (and takeover policy runtime) that runs and records episodes.
 
@@ -265,9 +303,10 @@ class CollectionWorker:
         from arm_act.eval.in_process import PolicyAgent
 
         policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz)
-        if config.handover == MISS:
-            metadata.update(policy=str(config.policy), handover=MISS)
-            return MissTakeoverAgent(policy, expert), metadata
+        if config.handover in (MISS, GRASP):
+            metadata.update(policy=str(config.policy), handover=config.handover)
+            agent = MissTakeoverAgent if config.handover == MISS else GraspTakeoverAgent
+            return agent(policy, expert), metadata
         handover = handover_time(spec.seed, config.handover)
         metadata.update(policy=str(config.policy), handover_s=round(handover, 6))
         return TakeoverAgent(policy, expert, handover), metadata

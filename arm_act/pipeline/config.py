@@ -12,7 +12,8 @@
     rounds:                           # takeover rounds: the newest policy drives, the expert
       - name: takeover_1              # takes over at a handover time drawn from `handover`
         episodes: 600                 # (or, with handover: miss, when the policy's grasp closes on
-                                      # nothing), then a fine-tune from that policy on all data so far
+                                      # nothing; grasp: as it starts to close the gripper), then a
+                                      # fine-tune from that policy on all data so far
         seed: 300000
         handover: [0.5, 10]
         train: {steps: 5000, lr: 2.5e-4, warmup_steps: 100, hold_after_end: true}
@@ -86,7 +87,7 @@ class TakeoverRound:
     name: str
     episodes: int
     seed: int
-    handover: tuple[float, float] | str  # [lo, hi] sim seconds, or "miss" (arm_act.data.collect.MISS)
+    handover: tuple[float, float] | str  # [lo, hi] sim seconds, "miss" or "grasp" (arm_act.data.collect)
     train: dict
     latency_ticks: int = 1
 
@@ -192,13 +193,13 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     for i, r in enumerate(top.get("rounds", []) or []):
         r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks"})
         handover = r.get("handover")
-        if handover == "miss":  # the expert takes over when the policy's grasp closes on nothing
+        if handover in ("miss", "grasp"):  # when the policy's grasp closes on nothing / starts to close
             pass
         elif (not isinstance(handover, (list, tuple)) or len(handover) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in handover)
                 or not 0 <= handover[0] <= handover[1] < math.inf):
             raise PipelineConfigError(f"rounds[{i}].handover={handover!r} must be [lo, hi] seconds, "
-                                      "0 <= lo <= hi, or miss")
+                                      "0 <= lo <= hi, miss or grasp")
         else:
             handover = (float(handover[0]), float(handover[1]))
         overrides = _only(f"rounds[{i}].train", r.get("train", {}) or {}, _fields("train"))
