@@ -44,8 +44,11 @@ down. Composed with a yaw about world z; at yaw 0 the fingers close along world 
 _PERTURBABLE = frozenset({"above_block", "descend", "lift", "above_box", "lower"})
 NEAR_GRASP_XY = 0.04
 NEAR_GRASP_Z = (0.01, 0.03)
-"""m: an expert taking over with open fingers this close to the named block's grasp pose
-(horizontally; below, above) moves straight to it and grasps (ScriptedExpert._plan_from)."""
+NEAR_GRASP_OPENING = 0.028
+"""m: an expert taking over with the fingers open wider than NEAR_GRASP_OPENING each (the
+largest block, 4.8 cm, stops them at 2.4 cm: they hold nothing) this close to the named
+block's grasp pose (horizontally; below, above) moves straight to it and grasps
+(ScriptedExpert._plan_from)."""
 PERTURBATION_SEED_OFFSET = 1_000_003  # away from the episode seed itself, which draws the scene (sim.env)
 
 
@@ -241,16 +244,17 @@ class ScriptedExpert:
         assert self._block is not None and self._box is not None
         grasp_point, _ = self._fk(q)
         fingers = float(np.mean(q[7:9]))
+        if self._at_the_block(grasp_point, fingers):
+            # Taking over at a grasp the other agent was starting to close: straight to the
+            # grasp pose from here (a correction of its aim), not back up to ABOVE_BLOCK.
+            pick = self._pick_plan()
+            pick = [dataclasses.replace(pick[1], duration=0.0), *pick[2:]]
+            logger.debug("expert: taking over at the block, plan %s", [w.kind.value for w in pick])
+            return pick + self._place_plan()
         in_hand = (0.006 < fingers < GRIPPER_MAX - 0.005
                    and float(np.linalg.norm(self._block.position - grasp_point)) < 0.03)
         if not in_hand:
-            pick = self._pick_plan()
-            if self._at_the_block(grasp_point, fingers):
-                # Taking over at a grasp the other agent was about to close: straight to the
-                # grasp pose from here (a correction of its aim), not back up to ABOVE_BLOCK.
-                pick = [dataclasses.replace(pick[1], duration=0.0), *pick[2:]]
-                logger.debug("expert: taking over at the block, plan %s", [w.kind.value for w in pick])
-            return pick + self._place_plan()
+            return self._pick_plan() + self._place_plan()
         place = self._place_plan()
         over_box = float(np.linalg.norm(grasp_point[:2] - self._box.position[:2])) < 0.02
         if over_box and grasp_point[2] < self.config.carry_height + 0.02:
@@ -259,12 +263,13 @@ class ScriptedExpert:
         return place
 
     def _at_the_block(self, grasp_point: np.ndarray, fingers: float) -> bool:
-        """Fingers open around the named block's grasp pose: within NEAR_GRASP_XY of it
-        horizontally and NEAR_GRASP_Z (below, above) of its height."""
+        """Fingers open wider than any block around the named block's grasp pose (at most
+        starting to close: NEAR_GRASP_OPENING), within NEAR_GRASP_XY of it horizontally and
+        NEAR_GRASP_Z (below, above) of its height."""
         assert self._block is not None
         grasp = self._block.position + np.array([0.0, 0.0, self.config.grasp_depth])
         below, above = NEAR_GRASP_Z
-        return bool(fingers > GRIPPER_MAX - 0.005
+        return bool(fingers > NEAR_GRASP_OPENING
                     and float(np.linalg.norm(grasp_point[:2] - grasp[:2])) < NEAR_GRASP_XY
                     and -below < float(grasp_point[2] - grasp[2]) < above)
 
