@@ -247,6 +247,23 @@ def test_arm_act_train_end_to_end(tmp_path, capsys):
     assert "unknown setting 'wdth'" in capsys.readouterr().err
 
 
+def test_arm_act_train_takes_mixed_camera_rates_but_not_mixed_control_rates(tmp_path, capsys):
+    data = tmp_path / "data"
+    write_demo_bag(data / "ep_10hz", ticks=20, camera_rate=10, seed=1)
+    write_demo_bag(data / "ep_50hz", ticks=20, camera_rate=50, seed=2)
+    out = tmp_path / "out"
+    assert cli.main(["train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS,
+                     "--steps", "2"]) == 0
+    info = json.loads((out / "metrics.json").read_text())["data"]
+    assert (info["control_rate"], info["camera_rate"], info["camera_rates"]) == (50, None, {"10": 1, "50": 1})
+    assert info["frames"] == 4 + 20  # a frame every 5 ticks, and one every tick
+    capsys.readouterr()
+    write_demo_bag(data / "ep_100hz", ticks=20, control_rate=100, camera_rate=10, seed=3)
+    assert cli.main(["train", "--data", str(data), "--out", str(tmp_path / "out2"), "--config", *TINY_FLAGS,
+                     "--steps", "2"]) == 2
+    assert "mix control rates [50, 100] Hz" in capsys.readouterr().err
+
+
 def test_arm_act_train_on_takeover_bags_the_policy_finished_alone_is_a_clear_error(tmp_path, capsys):
     for i in range(2):
         write_demo_bag(tmp_path / "data" / f"ep_{i}", ticks=10, metadata={"expert_from_s": "none"})

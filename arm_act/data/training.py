@@ -7,11 +7,14 @@ labels and the rendered grounding layouts, with a description of the data for me
 Bags are found by arm_act.bags.find_bags (at any depth under each path) and decoded through
 the cache (arm_act.data.dataset); incomplete bags, failed demonstrations and takeover
 episodes the policy finished alone (read from the bag's metadata, never decoded) are skipped
-and counted. Demonstrations of different (control, camera) rates are refused: a chunk is K
-control ticks, and mixing rates would mix what one step of it means.
+and counted. Demonstrations of different control rates are refused: a chunk is K control
+ticks, and mixing rates would mix what one step of it means. Camera rates may differ (a
+frame's chunk is the K ticks after it whatever the camera rate); a bag with cameras at 50 Hz
+has five times the frames of one at 10 Hz, so it weighs five times as much in the batches.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -106,11 +109,14 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
     incomplete = len(wanted) - len(episodes)
     if not good:
         raise DatasetError(f"none of the {len(episodes)} demonstrations succeeded; nothing to train on")
-    rates = sorted({(e.control_rate, e.camera_rate) for e in good})
-    if len(rates) > 1:
-        raise DatasetError(f"the demonstrations mix (control, camera) rates {rates}; train on bags of one rate")
-    info = {"dirs": [str(d) for d in dirs], "bags_found": len(bags),
-            "control_rate": rates[0][0], "camera_rate": rates[0][1],
+    control_rates = sorted({e.control_rate for e in good})
+    if len(control_rates) > 1:
+        raise DatasetError(f"the demonstrations mix control rates {control_rates} Hz; train on bags of one "
+                           "control rate")
+    camera_rates = collections.Counter(e.camera_rate for e in good)
+    info = {"dirs": [str(d) for d in dirs], "bags_found": len(bags), "control_rate": control_rates[0],
+            "camera_rate": next(iter(camera_rates)) if len(camera_rates) == 1 else None,
+            "camera_rates": {str(rate): camera_rates[rate] for rate in sorted(camera_rates)},
             "skipped_incomplete": incomplete, "skipped_failed": failed, "skipped_policy_only": policy_only,
             "cache": str(cache)}
     logger.info("training on %d demonstrations (%d frames); skipped %d failed, %d incomplete and %d "
