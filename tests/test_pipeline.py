@@ -178,3 +178,19 @@ def test_default_recipe_is_todays_recipe():
     assert [(e.episodes, e.seed, e.blocks) for e in config.evals] == [(200, 100000, "2-5"), (200, 200000, "6")]
     names = [s.name for s in Pipeline(config, Path("/nonexistent/run")).stages]
     assert names[0] == "collect_demos_plain" and names[-3:] == ["eval_6", "robustness", "report"]
+
+
+@pytest.mark.unit
+def test_grasp_recipe_is_the_default_recipe_plus_a_grasp_round():
+    """config/pipeline_grasp.yaml: its first 7 stages are the default recipe's, parameter for
+    parameter (so its checkpoints/takeover_2 is the default recipe's checkpoint), then one
+    `handover: grasp` round; the evaluations are the same, of its own final checkpoint."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    grasp = Pipeline(load(ROOT / "config" / "pipeline_grasp.yaml"), Path("/run")).stages
+    assert [(s.name, s.params) for s in grasp[:7]] == [(s.name, s.params) for s in default[:7]]
+    collect, train = grasp[7:9]
+    assert (collect.name, collect.params["handover"], collect.params["episodes"]) == ("collect_grasp_3", "grasp", 1000)
+    assert collect.params["policy"] == "/run/checkpoints/takeover_2" and train.name == "train_grasp_3"
+    assert train.params["data"][-1] == "/run/data/grasp_3" and len(train.params["data"]) == 5
+    assert [s.name for s in grasp[9:]] == [s.name for s in default[7:]]
+    assert all(s.params["policy"] == "/run/checkpoints/grasp_3" for s in grasp[9:12])
