@@ -154,10 +154,6 @@ def test_arm_act_train_under_plain_torchrun_then_the_shortcut_then_one_process(t
     result = _torchrun(2, [ARM_ACT, *args, "--steps", "3"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("checkpoint:") == 1 and "(2 processes x 2)" in result.stdout
-    # The two processes split the decoding of the 3 new bags, then each read all 3 from the cache.
-    assert "process 0 of 2 decodes 2 of the 3 bags the cache lacks" in result.stderr
-    assert "process 1 of 2 decodes 1 of the 3 bags the cache lacks" in result.stderr
-    assert result.stderr.count("3 bags read (3 from the cache") == 2
     first = json.loads((out / "metrics.json").read_text())
     assert first["steps"] == 3 and first["distributed"]["world_size"] == 2
 

@@ -11,10 +11,6 @@ and counted. Demonstrations of different control rates are refused: a chunk is K
 ticks, and mixing rates would mix what one step of it means. Camera rates may differ (a
 frame's chunk is the K ticks after it whatever the camera rate); a bag with cameras at 50 Hz
 has five times the frames of one at 10 Hz, so it weighs five times as much in the batches.
-
-Under torchrun (`arm-act train --nproc-per-node N`) the processes split the decoding of the
-bags the cache lacks (decode_share: every N-th bag each), then each reads them all from the
-cache; before, every process decoded every new bag.
 """
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from arm_act.data.dataset import DatasetError, EpisodeArrays, cache_path, load_dataset
+from arm_act.data.dataset import DatasetError, EpisodeArrays, load_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -89,42 +85,20 @@ def grounding_frames(demos: Sequence[EpisodeArrays], policy_config, train_config
         raise ValueError(f"grounding layouts: {exc}") from None
 
 
-def _bags_to_read(dirs: Sequence[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
-    """(every bag the paths name, the ones to read). A takeover bag whose policy finished
-    alone demonstrates nothing (EpisodeArrays.success is False for it): left out from its
-    metadata, before its images are decoded."""
-    from arm_act.bags import BagError, custom_data, find_bags
-
-    try:
-        bags = find_bags(dirs)
-        return bags, [bag for bag in bags if custom_data(bag).get("expert_from_s") != "none"]
-    except BagError as exc:
-        raise DatasetError(str(exc)) from None
-
-
-def decode_share(dirs: Sequence[str | os.PathLike], cache: Path, cameras: Sequence[str], rank: int,
-                 size: int) -> int:
-    """Decode into the cache this process's share of the bags the cache lacks (every
-    size-th from `rank`), so data-parallel processes split the decoding instead of each
-    doing all of it; -> how many it decoded. The processes then wait for each other and
-    read everything from the cache (train_from_bags)."""
-    cameras = tuple(cameras)
-    _, wanted = _bags_to_read(dirs)
-    missing = [bag for bag in wanted if not cache_path(Path(cache), bag, cameras).exists()]
-    mine = missing[rank::size]
-    if mine:
-        logger.info("process %d of %d decodes %d of the %d bags the cache lacks", rank, size, len(mine),
-                    len(missing))
-        load_dataset(mine, cache, cameras)
-    return len(mine)
-
-
 def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy_config,
                           train_config) -> TrainingData:
     """Everything training reads (module docstring). Raises DatasetError for bags that
     cannot be used (none found, damaged, none successful, mixed rates) and ValueError for
     grounding settings that do not fit the policy."""
-    bags, wanted = _bags_to_read(dirs)
+    from arm_act.bags import BagError, custom_data, find_bags
+
+    try:
+        bags = find_bags(dirs)
+        # A takeover bag whose policy finished alone demonstrates nothing (EpisodeArrays.success
+        # is False for it): left out from its metadata, before its images are decoded.
+        wanted = [bag for bag in bags if custom_data(bag).get("expert_from_s") != "none"]
+    except BagError as exc:
+        raise DatasetError(str(exc)) from None
     policy_only = len(bags) - len(wanted)
     if not wanted:
         raise DatasetError(f"all {len(bags)} bags are takeover episodes the policy finished alone "
@@ -162,20 +136,9 @@ def train_from_bags(dirs: Sequence[str | os.PathLike], out: Path, cache: Path, p
     """prepare_training_data, then arm_act.policy.train.train into the checkpoint directory
     `out` (train_options: resume, progress, device, precision, timeout_s) -> (its metrics,
     the data). Raises DatasetError, ValueError (see prepare_training_data) and TrainingError."""
-    from arm_act.policy.distributed import DEFAULT_TIMEOUT_S, DistributedError, barrier, process_group
-    from arm_act.policy.train import TrainingError, train
+    from arm_act.policy.train import train
 
-    # Under torchrun the process group is joined here, before the data: the processes split
-    # the decoding of new bags, then train() runs inside the same group.
-    try:
-        with process_group(train_options.get("device", "auto"),
-                           train_options.get("timeout_s", DEFAULT_TIMEOUT_S)) as world:
-            if world.distributed:
-                decode_share(dirs, cache, policy_config.cameras, world.rank, world.size)
-                barrier(world, "decoding the bags into the cache")
-            data = prepare_training_data(dirs, cache, policy_config, train_config)
-            metrics = train(data.demos, policy_config, train_config, out, data_info=data.info,
-                            grounding=data.grounding, **train_options)
-    except DistributedError as exc:  # joining the group or the barrier (train() reports its own)
-        raise TrainingError(str(exc)) from None
+    data = prepare_training_data(dirs, cache, policy_config, train_config)
+    metrics = train(data.demos, policy_config, train_config, out, data_info=data.info, grounding=data.grounding,
+                    **train_options)
     return metrics, data
