@@ -156,9 +156,11 @@ class CollectConfig:
 
 
 class _HandoverAgent:
-    """The policy drives until `_hands_over(obs)`, then the scripted expert takes over from
+    """The policy drives until the handover, then the scripted expert takes over from
     whatever state the policy left (ScriptedExpert plans from the state it is reset in) and
-    drives to the end. handover_tick: the first tick the expert commanded, None before."""
+    drives to the end. A subclass says when: _hands_over_before(obs), before the policy
+    acts on the tick, or _hands_over_instead(obs, cmd), on the policy's command of the tick
+    (which is then not used). handover_tick: the first tick the expert commanded, None before."""
 
     def __init__(self, policy, expert):
         """policy: an arm_act.eval.in_process.PolicyAgent; expert: a sim.rollout.ExpertAgent."""
@@ -169,19 +171,24 @@ class _HandoverAgent:
         self.handover_tick = None
         self.policy.reset(obs)
 
-    def _hands_over(self, obs) -> bool:
-        raise NotImplementedError
+    def _hands_over_before(self, obs) -> bool:
+        return False
+
+    def _hands_over_instead(self, obs, cmd) -> bool:
+        return False
 
     def _policy_act(self, obs):
         return self.policy.act(obs)
 
     def act(self, obs):
-        if self.handover_tick is None and self._hands_over(obs):
+        if self.handover_tick is None and not self._hands_over_before(obs):
+            cmd = self._policy_act(obs)
+            if not self._hands_over_instead(obs, cmd):
+                return cmd
+        if self.handover_tick is None:
             self.handover_tick = obs.tick
             self.expert.reset(obs)
-        if self.handover_tick is not None:
-            return self.expert.act(obs)
-        return self._policy_act(obs)
+        return self.expert.act(obs)
 
 
 class TakeoverAgent(_HandoverAgent):
@@ -195,7 +202,7 @@ class TakeoverAgent(_HandoverAgent):
         super().__init__(policy, expert)
         self.handover_s = float(handover_s)
 
-    def _hands_over(self, obs) -> bool:
+    def _hands_over_before(self, obs) -> bool:
         return obs.time >= self.handover_s - 1e-9
 
 
@@ -218,7 +225,7 @@ class MissTakeoverAgent(_HandoverAgent):
         self._closing = False
         super().reset(obs)
 
-    def _hands_over(self, obs) -> bool:
+    def _hands_over_before(self, obs) -> bool:
         return self._closing and float(np.mean(obs.joint_state.position[7:9])) < MISS_OPENING
 
     def _policy_act(self, obs):
@@ -228,8 +235,8 @@ class MissTakeoverAgent(_HandoverAgent):
 
 
 class GraspTakeoverAgent(_HandoverAgent):
-    """The policy drives until the tick its gripper command first drops below
-    GRASP_COMMAND (it starts to close), then the scripted expert takes over on that tick,
+    """The policy drives until the tick its gripper command first drops below 3.5 cm
+    (GRIPPER_MAX - 5 mm: it starts to close), then the scripted expert takes over on that tick,
     the policy's command unused: the fingers are still open around wherever the policy
     aimed. Within NEAR_GRASP_XY of the block's grasp pose the expert moves straight there
     and grasps (sim.expert), so its part is a correction of the aim; further away it starts
@@ -239,24 +246,10 @@ class GraspTakeoverAgent(_HandoverAgent):
         from arm_act.sim.robot import GRIPPER_MAX
 
         super().__init__(policy, expert)
-        self._closing_below = GRIPPER_MAX - 0.005
-        self._closing = False
+        self._closing_below = GRIPPER_MAX - 0.005  # m per finger: the policy starts to close
 
-    def reset(self, obs) -> None:
-        self._closing = False
-        super().reset(obs)
-
-    def _hands_over(self, obs) -> bool:
-        return False  # decided on the policy's command of the tick, in act
-
-    def act(self, obs):
-        if self.handover_tick is None:
-            cmd = self.policy.act(obs)
-            if not cmd.gripper < self._closing_below:
-                return cmd
-            self.handover_tick = obs.tick
-            self.expert.reset(obs)
-        return self.expert.act(obs)
+    def _hands_over_instead(self, obs, cmd) -> bool:
+        return cmd.gripper < self._closing_below
 
 
 class CollectionWorker:
