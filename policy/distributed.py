@@ -20,6 +20,7 @@ import datetime
 import hashlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -183,13 +184,47 @@ def barrier(world: World, what: str) -> None:
             dist.barrier()
 
 
-def torchrun(nproc: int, argv: Sequence[str]) -> int:
-    """Run `arm-act <argv>` in `nproc` processes on this machine under torchrun
-    (`--standalone`), the shortcut behind `arm-act train --nproc-per-node N`. -> its exit
-    status (torchrun reports which rank failed)."""
+INTERRUPT_GRACE_S = 120.0  # how long a Ctrl-C waits for the ranks to save their state
+
+
+def torchrun(nproc: int, argv: Sequence[str], module: str = "arm_act.cli.main") -> int:
+    """Run `python -m <module> <argv>` (by default `arm-act <argv>`) in `nproc` processes on
+    this machine under torchrun (`--standalone`), the shortcut behind `arm-act train
+    --nproc-per-node N` and the pipeline's training stages. -> its exit status (torchrun
+    reports which rank failed).
+
+    Ctrl-C: a terminal sends SIGINT to torchrun and its ranks as well; rank 0 saves its
+    training state and the ranks exit. This waits for that (a SIGINT sent to this process
+    alone is passed on to torchrun first), up to INTERRUPT_GRACE_S, then stops torchrun, and
+    re-raises KeyboardInterrupt. (subprocess.call would kill torchrun 0.25 s after the
+    Ctrl-C and leave its ranks behind.)"""
     if nproc < 1:
         raise ValueError(f"nproc={nproc} must be >= 1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", "-m", "arm_act.cli.main", *argv]
+               f"--nproc-per-node={nproc}", "-m", module, *argv]
     logger.info("starting %s", " ".join(command))
-    return subprocess.call(command)
+    child = subprocess.Popen(command)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        _stop_after_interrupt(child)
+        raise
+
+
+def _stop_after_interrupt(child: subprocess.Popen) -> None:
+    """After a Ctrl-C: let torchrun stop its ranks (it has the SIGINT, or gets it here) and
+    wait; a second Ctrl-C, or INTERRUPT_GRACE_S without an exit, stops it (SIGTERM, then
+    SIGKILL)."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)  # harmless when the terminal already sent one
+    try:
+        child.wait(timeout=INTERRUPT_GRACE_S)
+        return
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        logger.warning("stopping torchrun without waiting for the ranks")
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        child.kill()
+        child.wait()

@@ -7,8 +7,10 @@ machine.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -172,6 +174,47 @@ def test_arm_act_train_under_plain_torchrun_then_the_shortcut_then_one_process(t
     final = json.loads((out / "metrics.json").read_text())
     assert final["steps"] == 6 and final["distributed"]["world_size"] == 1
     load_checkpoint(out)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_path, to):
+    # "group" is a Ctrl-C at a terminal (every process of the job gets SIGINT), "parent" a
+    # SIGINT to arm-act alone, which passes it on. Either way rank 0 saves its state, torchrun
+    # and both ranks are gone when arm-act returns (subprocess.call used to SIGKILL torchrun
+    # 0.25 s after the Ctrl-C), and the last line is arm-act's own.
+    data, out = tmp_path / "data", tmp_path / "out"
+    for i in range(3):
+        write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
+    args = [ARM_ACT, "train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS, "log_every=1",
+            "checkpoint_every=2", "--device", "cpu"]
+    proc = subprocess.Popen([*args, "--steps", "100000", "--nproc-per-node", "2"], env=_env(), text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    lines: list[str] = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "step 6/100000" in line:
+                break
+        assert proc.poll() is None, "".join(lines)[-3000:]
+        if to == "group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        lines.append(proc.communicate(timeout=150)[1])  # fails on ranks left running (they hold stderr)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # also ranks that outlived arm-act
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = "".join(lines)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == "arm-act train: interrupted"
+    assert "training state at step" in err or "the last saved training state is kept" in err, err[-3000:]
+    saved = json.loads((out / "train_state" / "state.json").read_text())["step"]
+    assert saved >= 2
+    resumed = subprocess.run([*args, "--steps", str(saved + 1)], env=_env(), capture_output=True, text=True,
+                             timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {saved}" in resumed.stderr and "resuming from" in resumed.stderr, resumed.stderr[-3000:]
 
 
 # ---------------------------------------------------------------- memory-mapped cache

@@ -117,6 +117,8 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     redo = Pipeline(load(recipe), out, RunOptions(device="cpu", nproc_per_node=1, until="train_takeover")).run()
     assert [s["name"] for s in redo["stages"] if s["status"] == "ran"] == ["train_takeover"]
     assert json.loads((out / "checkpoints" / "takeover" / "metrics.json").read_text())["steps"] == 2
+    log = (out / "pipeline.log").read_text()  # rank 0's progress reached the log
+    assert "arm_act.policy.train: step 2/2" in log.split("[5/8] train_takeover: started")[-1]
 
     # A third run does nothing; a changed recipe is refused for the stage it changes.
     again = Pipeline(load(recipe), out).run()

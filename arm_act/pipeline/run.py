@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -301,12 +300,10 @@ class Pipeline:
         spec = self.out / "stages" / f".train_{name}.json"
         _write_json(spec, {"data": [str(p) for p in data], "out": str(out), "cache": str(cache),
                            "policy": policy_config.to_dict(), "train": train_config.to_dict(),
-                           "device": self.options.device})
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={nproc}", "-m", "arm_act.pipeline.train_worker",
-                   str(spec)]
-        logger.info("train %s: %s", name, " ".join(command))
-        status = subprocess.call(command)
+                           "device": self.options.device, "log": str(self.out / "pipeline.log")})
+        from arm_act.policy.distributed import torchrun
+
+        status = torchrun(nproc, [str(spec)], module="arm_act.pipeline.train_worker")
         if status:
             raise PipelineError(f"train {name}: torchrun with {nproc} processes exited "
                                 f"with status {status}")

@@ -7,6 +7,8 @@ arm_act.data.training.train_from_bags, which joins the process group torchrun se
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -18,9 +20,26 @@ def main(argv: list[str] | None = None) -> int:
 
     (path,) = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(path).read_text())
-    train_from_bags(spec["data"], Path(spec["out"]), Path(spec["cache"]), PolicyConfig.from_dict(spec["policy"]),
-                    TrainConfig.from_dict(spec["train"]), resume=True, progress=False, device=spec["device"])
+    _log_like_the_pipeline(spec.get("log"))
+    try:
+        train_from_bags(spec["data"], Path(spec["out"]), Path(spec["cache"]), PolicyConfig.from_dict(spec["policy"]),
+                        TrainConfig.from_dict(spec["train"]), resume=True, progress=False, device=spec["device"])
+    except KeyboardInterrupt:  # rank 0 has saved the training state; the pipeline says the rest
+        print(f"rank {os.environ.get('RANK', '0')}: interrupted", file=sys.stderr)
+        return 130
     return 0
+
+
+def _log_like_the_pipeline(log: str | None) -> None:
+    """Rank 0's training progress (steps, losses, samples/s) on stderr and in the pipeline's
+    log, as an in-process stage writes it; the other ranks say only warnings and errors."""
+    rank0 = os.environ.get("RANK", "0") == "0"
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    handlers[0].setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    if log and rank0:
+        handlers.append(logging.FileHandler(log))
+        handlers[1].setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if rank0 else logging.WARNING, handlers=handlers)
 
 
 if __name__ == "__main__":
