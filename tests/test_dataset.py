@@ -225,6 +225,46 @@ def test_incomplete_bags_are_skipped_and_corrupt_ones_are_errors(tmp_path, caplo
     assert "\n" not in str(err.value)
 
 
+def test_processes_split_the_decoding_and_wait_for_each_other(tmp_path, monkeypatch, caplog):
+    # Process 1 of 2 decodes bags 1 and 3 (by position), then waits for the partner's share.
+    # The incomplete bag in the partner's share is not waited for. When the partner never
+    # delivers (nothing new for the stall time), load_dataset decodes the rest here.
+    import threading
+
+    from arm_act.common import shares
+
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    bags = [write_demo_bag(data / f"ep_{i}", ticks=8, seed=i) for i in range(4)]
+    writer = BagWriter(data / "ep_4_killed", live_topic_specs())
+    writer.flush()
+    writer.abort("simulated crash")
+    bags.append(data / "ep_4_killed")
+    calls = []
+    real = ds.extract_episode
+    monkeypatch.setattr(ds, "extract_episode", lambda bag, *a: calls.append(os.path.basename(bag)) or real(bag, *a))
+
+    # The partner delivers while this process waits: its share is decoded once, by it.
+    partner = threading.Timer(1.5, lambda: [load_dataset([bags[i]], cache, progress=False) for i in (0, 2)])
+    partner.start()
+    with caplog.at_level(logging.INFO):
+        assert ds.decode_share(bags, cache, share=(1, 2), stall_s=30) == 2
+    partner.join()
+    assert calls == ["ep_1", "ep_3", "ep_0", "ep_2"]
+    assert "waiting for 2 decoded bags from the other processes" in caplog.text
+    assert len(load_dataset([data], cache, progress=False)) == 4 and len(calls) == 4  # all from the cache
+
+    # A partner that never delivers: after the stall this process decodes its share too.
+    monkeypatch.setattr(shares, "STALL_S", 0.0)
+    calls.clear()
+    caplog.clear()
+    fresh = tmp_path / "cache2"
+    with caplog.at_level(logging.INFO):
+        assert ds.decode_share(bags, fresh, share=(0, 2)) == 2
+    assert calls == ["ep_0", "ep_2"] and "2 decoded bags from the other processes did not arrive" in caplog.text
+    assert len(load_dataset([data], fresh, progress=False)) == 4 and calls == ["ep_0", "ep_2", "ep_1", "ep_3"]
+    assert ds.decode_share(bags, fresh, share=(0, 1)) == 0  # one process: nothing to split
+
+
 def test_empty_dataset_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DatasetError, match="no bags"):

@@ -152,10 +152,19 @@ def test_arm_act_train_under_plain_torchrun_then_the_shortcut_then_one_process(t
     data, out = tmp_path / "data", tmp_path / "out"
     for i in range(3):
         write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
-    args = ["train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS, "--device", "cpu"]
+    args = ["train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS, "target_weight=1.0",
+            "grounding_layouts=6", "--device", "cpu"]
     result = _torchrun(2, [ARM_ACT, *args, "--steps", "3"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("checkpoint:") == 1 and "(2 processes x 2)" in result.stdout
+    # The two processes split the decoding of the 3 new bags and the rendering of the 6
+    # layouts, each waiting for the other's share, then each read everything from the cache.
+    for line in ("process 0 of 2: 2 of its share of the bags", "process 1 of 2: 1 of its share of the bags",
+                 "process 0 of 2 renders 3 of the 6 grounding layouts",
+                 "process 1 of 2 renders 3 of the 6 grounding layouts"):
+        assert line in result.stderr, result.stderr[-3000:]
+    assert "did not arrive" not in result.stderr
+    assert result.stderr.count("3 bags read (3 from the cache") == 2
     first = json.loads((out / "metrics.json").read_text())
     assert first["steps"] == 3 and first["distributed"]["world_size"] == 2
 

@@ -71,6 +71,35 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
     assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt, strict=True))
 
 
+def test_a_split_between_processes_renders_the_same_frames(tmp_path, monkeypatch, caplog):
+    # Process 1 of 2 renders layouts 1, 3, 5 into its part file. Its partner never delivers
+    # (nothing new for the stall time): it renders the rest itself. Every frame equals the
+    # one-process rendering, and a later run of any split reads the parts from the cache.
+    from arm_act.common import shares
+
+    monkeypatch.setattr(shares, "STALL_S", 0.0)
+    kwargs = dict(poses=BORROWED[None], borrowed=0.5, progress=False)
+    whole = render_grounding_frames(7, 1_000_000, SimConfig(), **kwargs)
+    with caplog.at_level("INFO"):
+        split = render_grounding_frames(7, 1_000_000, SimConfig(), cache_dir=tmp_path, share=(1, 2), **kwargs)
+    assert "process 1 of 2 renders 3 of the 7 grounding layouts" in caplog.text
+    assert "1 grounding shares from the other processes did not arrive" in caplog.text
+    assert sorted(p.name.split(".", 1)[1] for p in tmp_path.glob("grounding-*")) == ["part0of2.npz", "part1of2.npz"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        again = render_grounding_frames(7, 1_000_000, SimConfig(), cache_dir=tmp_path, share=(0, 1), **kwargs)
+    assert "7 grounding frames from the cache" in caplog.text
+    for a, b, c in zip(whole, split, again, strict=True):
+        assert a.seed == b.seed == c.seed and a.instruction == b.instruction == c.instruction
+        for name in ("images", "frame_state", "frame_target", "target_uv"):
+            assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=name == "target_uv")
+            assert np.array_equal(getattr(a, name), getattr(c, name), equal_nan=name == "target_uv")
+    # A damaged part is rendered again.
+    next(tmp_path.glob("grounding-*.part0of2.npz")).write_bytes(b"damaged")
+    rebuilt = render_grounding_frames(7, 1_000_000, SimConfig(), cache_dir=tmp_path, share=(1, 2), **kwargs)
+    assert all(np.array_equal(a.images, b.images) for a, b in zip(whole, rebuilt, strict=True))
+
+
 def test_demonstration_frames_get_the_pixels_of_the_named_block():
     demo = _Demo([HOME, BORROWED])
     demo.frame_target = np.array([[0.45, 0.05, 0.02], [np.nan, np.nan, np.nan]], np.float32)

@@ -508,6 +508,81 @@ def _allow_open_files(needed: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
+def _read_through_cache(bag: Path, cache_dir: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays | None, bool]:
+    """(the bag's episode, whether it came from the cache); None for an incomplete bag
+    (skipped with a warning). A bag the cache lacks is decoded and written there."""
+    fingerprint = _fingerprint(bag, cameras)
+    target = cache_path(cache_dir, bag, cameras)
+    episode = _load_cache(target, fingerprint)
+    if episode is not None:
+        return episode, True
+    try:
+        info = bag_info(bag)
+    except BagError as exc:
+        raise DatasetError(_one_line(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a damaged file, one line
+        raise DatasetError(f"{bag}: cannot read bag ({type(exc).__name__}: {_one_line(exc)})") from None
+    if not info.complete:
+        logger.warning("skipping incomplete bag %s: %s", bag, info.problem)
+        return None, False
+    episode = extract_episode(bag, cameras)
+    try:
+        _save_cache(target, episode, fingerprint)
+    except OSError as exc:
+        logger.warning("cannot write cache entry %s: %s", target, exc)
+        return episode, False
+    # train from the mapped copy, so decoded images do not pile up in memory
+    return _load_cache(target, fingerprint) or episode, False
+
+
+def _in_cache(bag: Path, cache_dir: Path, cameras: tuple[str, ...]) -> bool:
+    """The cache holds the bag's current entry (its meta.json names the bag's fingerprint)."""
+    meta = cache_path(cache_dir, bag, cameras) / _META_FILE
+    try:
+        return json.loads(meta.read_text()).get("fingerprint") == _fingerprint(bag, cameras)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _complete(bag: Path) -> bool:
+    try:
+        return bag_info(bag).complete
+    except Exception:  # noqa: BLE001 - a damaged bag: load_dataset reports it
+        return True
+
+
+def decode_share(bags: Sequence[Path], cache_dir: str | os.PathLike, cameras: Sequence[str] = ("front", "wrist"),
+                 *, share: tuple[int, int] | None = None, stall_s: float | None = None) -> int:
+    """Before data-parallel processes on one machine each load_dataset the same bags:
+    decode this process's share of the bags the cache lacks (every size-th bag of `bags`
+    from `rank`; share: (rank, size), default torchrun's local rank and process count),
+    then wait until the other processes' shares are in the cache (arm_act.common.shares),
+    so each bag is decoded once instead of once per process. -> how many bags this process
+    decoded. Incomplete bags are skipped by all; a damaged one raises DatasetError."""
+    from arm_act.common.shares import STALL_S, local_share, wait_for_others
+
+    rank, size = share or local_share()
+    cameras, cache = tuple(cameras), Path(cache_dir)
+    bags = [Path(b) for b in bags]
+    if size <= 1:
+        return 0
+    mine = [bag for bag in bags[rank::size] if not _in_cache(bag, cache, cameras)]
+    decoded = 0
+    if mine:
+        logger.info("process %d of %d: %d of its share of the bags (every %d-th) are not in the cache; "
+                    "decoding them", rank, size, len(mine), size)
+        _allow_open_files(len(bags))
+        with progress_bar(len(mine), "decoding bags", unit="bag") as bar:
+            for bag in mine:
+                decoded += _read_through_cache(bag, cache, cameras)[0] is not None
+                bar.update(1)
+    theirs = [bag for i, bag in enumerate(bags) if i % size != rank and not _in_cache(bag, cache, cameras)]
+    theirs = [bag for bag in theirs if _complete(bag)]  # an incomplete bag never gets an entry
+    wait_for_others(theirs, lambda bag: _in_cache(bag, cache, cameras), "decoded bags",
+                    stall_s=STALL_S if stall_s is None else stall_s)
+    return decoded
+
+
 def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike,
                  cameras: Sequence[str] = ("front", "wrist"), *,
                  progress: bool | None = None) -> list[EpisodeArrays]:
@@ -528,31 +603,10 @@ def load_dataset(dirs: Sequence[str | os.PathLike], cache_dir: str | os.PathLike
     _allow_open_files(len(bags))
     with progress_bar(len(bags), "reading bags", unit="bag", force=progress) as bar:
         for bag in bags:
-            fingerprint = _fingerprint(bag, cameras)
-            target = cache_path(Path(cache_dir), bag, cameras)
-            episode = _load_cache(target, fingerprint)
+            episode, from_cache = _read_through_cache(bag, Path(cache_dir), cameras)
+            cached += from_cache
             if episode is not None:
-                cached += 1
-            else:
-                try:
-                    info = bag_info(bag)
-                except BagError as exc:
-                    raise DatasetError(_one_line(exc)) from None
-                except Exception as exc:  # noqa: BLE001 - a damaged file, one line
-                    raise DatasetError(f"{bag}: cannot read bag ({type(exc).__name__}: "
-                                       f"{_one_line(exc)})") from None
-                if not info.complete:
-                    logger.warning("skipping incomplete bag %s: %s", bag, info.problem)
-                    bar.update(1)
-                    continue
-                episode = extract_episode(bag, cameras)
-                try:
-                    _save_cache(target, episode, fingerprint)
-                except OSError as exc:
-                    logger.warning("cannot write cache entry %s: %s", target, exc)
-                else:  # train from the mapped copy, so decoded images do not pile up in memory
-                    episode = _load_cache(target, fingerprint) or episode
-            episodes.append(episode)
+                episodes.append(episode)
             bar.update(1)
     logger.info("%d bags read (%d from the cache in %s), %d skipped as incomplete",
                 len(episodes), cached, cache_dir, len(bags) - len(episodes))

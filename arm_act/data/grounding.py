@@ -10,14 +10,17 @@ demonstration, labelled only with the named block's position. They have no actio
 action loss ignores them (policy.data.ChunkDataset, has_actions=False).
 
 Rendering costs ~20 ms per layout; the frames are cached as one .npz in the training cache,
-keyed by everything they depend on.
+keyed by everything they depend on (under torchrun, one part file per process, each with
+every N-th layout).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,11 +115,17 @@ def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config
 def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int, int] = (2, 5),
                             poses: np.ndarray | None = None, borrowed: float = 0.5,
                             cache_dir: str | os.PathLike | None = None,
-                            progress: bool | None = None) -> list[GroundingFrame]:
+                            progress: bool | None = None,
+                            share: tuple[int, int] | None = None) -> list[GroundingFrame]:
     """n grounding frames from layouts seed, seed+1, ... (block counts as `arm-act collect`
     draws them), cached in cache_dir. poses: (M, 9) joint states to borrow for a fraction
-    `borrowed` of the frames (the rest keep the start pose)."""
-    from arm_act.common.episodes import episode_spec
+    `borrowed` of the frames (the rest keep the start pose).
+
+    With a cache_dir, data-parallel processes on one machine split the rendering (share:
+    (rank, size), default torchrun's local rank and process count; arm_act.common.shares):
+    each renders every size-th layout into its own part file, then reads the others'. The
+    frames are the same whatever the split: the pose draws are made first, in one order."""
+    from arm_act.common.shares import STALL_S, local_share, wait_for_others
 
     if n < 0:
         raise ValueError(f"n={n} must be >= 0")
@@ -125,23 +134,55 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
         raise ValueError("borrowed poses asked for, but no demonstration frame has the named block at rest")
     if n == 0:
         return []
-    cameras = tuple(c.name for c in sim_config.cameras)
-    path = None
-    if cache_dir is not None:
-        path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses)}.npz"
-        frames = _load(path)
-        if frames is not None:
-            logger.info("%d grounding frames from the cache %s", len(frames), path)
-            return frames
     rng = np.random.default_rng([seed, 11])
+    picks = [int(rng.integers(len(poses))) if rng.random() < borrowed else -1 for _ in range(n)]
+    render = functools.partial(_render, seed=seed, sim_config=sim_config, blocks=blocks, poses=poses, picks=picks)
+    if cache_dir is None:
+        return render(range(n), progress=progress)
+    path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses)}.npz"
+    frames = _load(path) if path.is_file() else _load_parts(path, n)
+    if frames is not None:
+        logger.info("%d grounding frames from the cache %s", len(frames), path)
+        return frames
+    rank, size = share or local_share()
+    if size <= 1:
+        frames = render(range(n), progress=progress)
+        _save_or_warn(path, frames)
+        return frames
+    started = time.monotonic()
+    parts = {rank: _load(_part_path(path, rank, size)) if _part_path(path, rank, size).is_file() else None}
+    if parts[rank] is None:
+        logger.info("process %d of %d renders %d of the %d grounding layouts (every %d-th)", rank, size,
+                    len(range(rank, n, size)), n, size)
+        parts[rank] = render(range(rank, n, size), progress=progress)
+        _save_or_warn(_part_path(path, rank, size), parts[rank])
+    others = [r for r in range(size) if r != rank]
+    # A share arrives whole, at its end, so wait as long as three times this one took.
+    missing = wait_for_others(others, lambda r: _part_path(path, r, size).is_file(), "grounding shares",
+                              stall_s=max(STALL_S, 3 * (time.monotonic() - started)))
+    for r in others:
+        part = None if r in missing else _load(_part_path(path, r, size))
+        if part is None or len(part) != len(range(r, n, size)):
+            part = render(range(r, n, size), progress=progress)
+            _save_or_warn(_part_path(path, r, size), part)
+        parts[r] = part
+    return [parts[i % size][i // size] for i in range(n)]
+
+
+def _render(indices: range, *, seed: int, sim_config, blocks: tuple[int, int], poses: np.ndarray,
+            picks: list[int], progress: bool | None) -> list[GroundingFrame]:
+    """The layouts at these indices (picks[i]: the borrowed pose's index, -1 for the start pose)."""
+    from arm_act.common.episodes import episode_spec
+
+    cameras = tuple(c.name for c in sim_config.cameras)
     frames = []
-    with ArmEnv(sim_config) as env, progress_bar(n, "rendering grounding layouts", unit="layout",
+    with ArmEnv(sim_config) as env, progress_bar(len(indices), "rendering grounding layouts", unit="layout",
                                                  force=progress) as bar:
-        for i in range(n):
+        for i in indices:
             spec = episode_spec(i, seed, blocks)
             env.reset(spec.seed, spec.n_blocks)
-            if rng.random() < borrowed:
-                env.set_joint_positions(poses[rng.integers(len(poses))])
+            if picks[i] >= 0:
+                env.set_joint_positions(poses[picks[i]])
             rendered = env.render()
             (target,) = [o.position for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
             target = np.asarray(target, np.float64)
@@ -151,12 +192,32 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
                 frame_target=target.astype(np.float32)[None],
                 target_uv=np.stack([pixel_of(env.camera(c), target) for c in cameras])[None], seed=spec.seed))
             bar.update(1)
-    if path is not None:
-        try:
-            _save(path, frames)
-        except OSError as exc:
-            logger.warning("cannot write the grounding cache %s: %s", path, exc)
     return frames
+
+
+def _part_path(path: Path, rank: int, size: int) -> Path:
+    return path.with_name(f"{path.stem}.part{rank}of{size}.npz")
+
+
+def _load_parts(path: Path, n: int) -> list[GroundingFrame] | None:
+    """The frames from a complete set of part files that an earlier split left (any
+    number of processes), None when there is none."""
+    sizes = {int(p.name.rsplit("of", 1)[1].removesuffix(".npz"))
+             for p in path.parent.glob(f"{path.stem}.part*of*.npz") if p.name.rsplit("of", 1)[1][:-4].isdigit()}
+    for size in sorted(sizes):
+        if not all(_part_path(path, r, size).is_file() for r in range(size)):
+            continue
+        parts = [_load(_part_path(path, r, size)) for r in range(size)]
+        if all(part is not None and len(part) == len(range(r, n, size)) for r, part in enumerate(parts)):
+            return [parts[i % size][i // size] for i in range(n)]
+    return None
+
+
+def _save_or_warn(path: Path, frames: list[GroundingFrame]) -> None:
+    try:
+        _save(path, frames)
+    except OSError as exc:
+        logger.warning("cannot write the grounding cache %s: %s", path, exc)
 
 
 def _save(path: Path, frames: list[GroundingFrame]) -> None:
@@ -177,8 +238,6 @@ def _save(path: Path, frames: list[GroundingFrame]) -> None:
 
 
 def _load(path: Path) -> list[GroundingFrame] | None:
-    if not path.is_file():
-        return None
     try:
         with np.load(path, allow_pickle=False) as data:
             images, state, target, uv = data["images"], data["state"], data["target"], data["uv"]

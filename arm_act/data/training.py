@@ -11,6 +11,10 @@ and counted. Demonstrations of different control rates are refused: a chunk is K
 ticks, and mixing rates would mix what one step of it means. Camera rates may differ (a
 frame's chunk is the K ticks after it whatever the camera rate); a bag with cameras at 50 Hz
 has five times the frames of one at 10 Hz, so it weighs five times as much in the batches.
+
+Under torchrun the processes of one machine split the preparation (arm_act.common.shares):
+each decodes every N-th bag the cache lacks and renders every N-th grounding layout, then
+reads the others' from the cache. Before, each process did all of it.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from arm_act.data.dataset import DatasetError, EpisodeArrays, load_dataset
+from arm_act.data.dataset import DatasetError, EpisodeArrays, decode_share, load_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +107,7 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
     if not wanted:
         raise DatasetError(f"all {len(bags)} bags are takeover episodes the policy finished alone "
                            f"(the expert never took over); nothing to train on")
+    decode_share(wanted, cache, policy_config.cameras)  # under torchrun: each process decodes its share
     episodes = load_dataset(wanted, cache, policy_config.cameras)
     good = [e for e in episodes if e.success]
     failed = len(episodes) - len(good)
