@@ -130,6 +130,35 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_resumed_stage_counts_the_time_of_every_run(tmp_path):
+    from arm_act.pipeline.run import Stage
+
+    recipe, out = tmp_path / "tiny.yaml", tmp_path / "run"
+    recipe.write_text(yaml.safe_dump(TINY))
+    calls = []
+
+    def slow_then_done():
+        calls.append(1)
+        time.sleep(0.3)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        (out / "made").write_text("")
+        return {}
+
+    pipeline = Pipeline(load(recipe), out)
+    pipeline.stages = [Stage(1, "slow", {"a": 1}, out / "made", slow_then_done)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run()
+    assert not (out / "stages" / "01_slow.json").exists()
+    pipeline.run()
+    manifest = json.loads((out / "stages" / "01_slow.json").read_text())
+    assert len(manifest["runs_s"]) == 2 and all(t >= 0.3 for t in manifest["runs_s"])
+    assert manifest["wall_time_s"] == pytest.approx(sum(manifest["runs_s"]), abs=0.02)
+    assert "over 2 runs" in (out / "pipeline.log").read_text()
+    assert not list((out / "stages").glob(".*.runs"))  # kept only while the stage is unfinished
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("change,message", [
     ({"demos": []}, "demos"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),

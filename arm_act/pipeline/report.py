@@ -86,10 +86,12 @@ def write_report(out: Path, manifests: list[dict], config) -> dict:
                     bars.append((f"rob. {row['variant']}", row["policy"], row.get("expert")))
         else:
             what = ""
-        lines.append(f"| {m['stage']} | {m['wall_time_s']:.0f} s | {what} |")
+        runs = m.get("runs_s") or [m["wall_time_s"]]
+        wall = f"{m['wall_time_s']:.0f} s" + (f" ({len(runs)} runs)" if len(runs) > 1 else "")
+        lines.append(f"| {m['stage']} | {wall} | {what} |")
     total = sum(m["wall_time_s"] for m in manifests)
-    lines += ["", f"Total wall time of the stages: {total / 60:.1f} min (each stage's own run; a resumed stage "
-              "counts its last run only).", ""]
+    lines += ["", f"Total wall time of the stages: {total / 60:.1f} min (a stage that was interrupted and resumed "
+              "counts every run).", ""]
     if robustness_md:
         lines += ["## Robustness", "", robustness_md, ""]
     if bars:

@@ -73,7 +73,7 @@ def _digest(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: dict | list) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
     with os.fdopen(fd, "w") as f:
@@ -203,14 +203,22 @@ class Pipeline:
                     logger.info("%s: started", where)
                     if on_stage:
                         on_stage(stage, "start")
+                    earlier = self._earlier_runs(stage)
                     started = time.monotonic()
-                    result = stage.run()
-                    wall = round(time.monotonic() - started, 2)
+                    try:
+                        result = stage.run()
+                    except BaseException:  # interrupted or failed: its time counts when it resumes
+                        self._earlier_runs(stage, earlier, time.monotonic() - started)
+                        raise
+                    this_run = time.monotonic() - started
+                    wall = round(this_run + sum(earlier), 2)
                     _write_json(self.out / "stages" / stage.manifest_name, {
                         "stage": stage.name, "params": stage.params, "params_digest": _digest(stage.params),
-                        "output": str(stage.output), "wall_time_s": wall,
+                        "output": str(stage.output), "wall_time_s": wall, "runs_s": [*earlier, round(this_run, 2)],
                         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "result": result})
-                    logger.info("%s: done in %.1f s", where, wall)
+                    (self.out / "stages" / f".{stage.manifest_name}.runs").unlink(missing_ok=True)
+                    logger.info("%s: done in %.1f s%s", where, wall,
+                                f" over {len(earlier) + 1} runs" if earlier else "")
                     summary.append({"name": stage.name, "status": "ran", "wall_time_s": wall})
                     if on_stage:
                         on_stage(stage, "done")
@@ -226,6 +234,23 @@ class Pipeline:
         report = self.out / "report.md"
         return {"out": str(self.out), "stages": summary, "report": str(report) if report.is_file() else None,
                 "checkpoint": str(self.out / "checkpoint") if (self.out / "checkpoint").is_dir() else None}
+
+    def _earlier_runs(self, stage: Stage, earlier: list[float] | None = None,
+                      this_run: float | None = None) -> list[float]:
+        """The wall times of a stage's earlier, unfinished runs (an interrupt or an error
+        ended them; resuming continued their work), kept beside its manifest; with
+        this_run, add it to them."""
+        path = self.out / "stages" / f".{stage.manifest_name}.runs"
+        if this_run is None:
+            try:
+                runs = json.loads(path.read_text())
+                return [float(x) for x in runs] if isinstance(runs, list) else []
+            except (OSError, ValueError, TypeError):
+                return []
+        runs = [*(earlier or []), round(this_run, 2)]
+        with contextlib.suppress(OSError):
+            _write_json(path, runs)
+        return runs
 
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
