@@ -94,6 +94,9 @@ def test_a_split_between_processes_renders_the_same_frames(tmp_path, monkeypatch
         for name in ("images", "frame_state", "frame_target", "target_uv"):
             assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=name == "target_uv")
             assert np.array_equal(getattr(a, name), getattr(c, name), equal_nan=name == "target_uv")
+    # Fewer layouts than processes: each renders them all.
+    (one,) = render_grounding_frames(1, 1_000_000, SimConfig(), cache_dir=tmp_path / "one", share=(1, 2), **kwargs)
+    assert np.array_equal(one.images, whole[0].images)
     # A damaged part is rendered again.
     next(tmp_path.glob("grounding-*.part0of2.npz")).write_bytes(b"damaged")
     rebuilt = render_grounding_frames(7, 1_000_000, SimConfig(), cache_dir=tmp_path, share=(1, 2), **kwargs)

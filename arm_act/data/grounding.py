@@ -145,7 +145,7 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
         logger.info("%d grounding frames from the cache %s", len(frames), path)
         return frames
     rank, size = share or local_share()
-    if size <= 1:
+    if size <= 1 or n < size:  # (fewer layouts than processes: each renders them all)
         frames = render(range(n), progress=progress)
         _save_or_warn(path, frames)
         return frames
