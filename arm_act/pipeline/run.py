@@ -208,7 +208,7 @@ class Pipeline:
                     try:
                         result = stage.run()
                     except BaseException:  # interrupted or failed: its time counts when it resumes
-                        self._earlier_runs(stage, earlier, time.monotonic() - started)
+                        self._add_unfinished_run(stage, earlier, time.monotonic() - started)
                         raise
                     this_run = time.monotonic() - started
                     wall = round(this_run + sum(earlier), 2)
@@ -216,7 +216,7 @@ class Pipeline:
                         "stage": stage.name, "params": stage.params, "params_digest": _digest(stage.params),
                         "output": str(stage.output), "wall_time_s": wall, "runs_s": [*earlier, round(this_run, 2)],
                         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "result": result})
-                    (self.out / "stages" / f".{stage.manifest_name}.runs").unlink(missing_ok=True)
+                    self._runs_file(stage).unlink(missing_ok=True)
                     logger.info("%s: done in %.1f s%s", where, wall,
                                 f" over {len(earlier) + 1} runs" if earlier else "")
                     summary.append({"name": stage.name, "status": "ran", "wall_time_s": wall})
@@ -235,22 +235,21 @@ class Pipeline:
         return {"out": str(self.out), "stages": summary, "report": str(report) if report.is_file() else None,
                 "checkpoint": str(self.out / "checkpoint") if (self.out / "checkpoint").is_dir() else None}
 
-    def _earlier_runs(self, stage: Stage, earlier: list[float] | None = None,
-                      this_run: float | None = None) -> list[float]:
+    def _runs_file(self, stage: Stage) -> Path:
+        return self.out / "stages" / f".{stage.manifest_name}.runs"
+
+    def _earlier_runs(self, stage: Stage) -> list[float]:
         """The wall times of a stage's earlier, unfinished runs (an interrupt or an error
-        ended them; resuming continued their work), kept beside its manifest; with
-        this_run, add it to them."""
-        path = self.out / "stages" / f".{stage.manifest_name}.runs"
-        if this_run is None:
-            try:
-                runs = json.loads(path.read_text())
-                return [float(x) for x in runs] if isinstance(runs, list) else []
-            except (OSError, ValueError, TypeError):
-                return []
-        runs = [*(earlier or []), round(this_run, 2)]
+        ended them; resuming continued their work), kept beside its manifest."""
+        try:
+            runs = json.loads(self._runs_file(stage).read_text())
+            return [float(x) for x in runs] if isinstance(runs, list) else []
+        except (OSError, ValueError, TypeError):
+            return []
+
+    def _add_unfinished_run(self, stage: Stage, earlier: list[float], seconds: float) -> None:
         with contextlib.suppress(OSError):
-            _write_json(path, runs)
-        return runs
+            _write_json(self._runs_file(stage), [*earlier, round(seconds, 2)])
 
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
