@@ -6,8 +6,8 @@ and on a GPU when there is one.
                                  [--out benchmarks/results/scaling.json]
 
 Every figure comes from the real commands' code paths: arm_act.data.collect.collect (workers
-1 and 2, and ray="local"), arm_act.eval.evaluate.evaluate (the shipped checkpoint; `arm-act
-eval` has no local worker pool, so its rows are 1 process and Ray), and `arm-act train` on
+1 and 2, and ray="local"), arm_act.eval.evaluate.evaluate (the shipped checkpoint, on 1 and 2
+local processes and on Ray), and `arm-act train` on
 the bags this run collected (default policy config, global batch 32, one torch thread per
 process), run as `torchrun --standalone --nproc-per-node N`. Ray rows exclude the instance's
 start-up, which is reported on its own. The JSON records the machine, its load average
@@ -66,7 +66,8 @@ def eval_rates(episodes: int) -> list[dict]:
 
     rows = []
     settings = PolicySettings(threads=1, latency_ticks=1)
-    for label, extra in (("eval, 1 local process", {}), ("eval, Ray, local instance, 2 CPUs", {"ray": "local"})):
+    for label, extra in (("eval, 1 local process", {}), ("eval, 2 local processes", {"workers": 2}),
+                         ("eval, Ray, local instance, 2 CPUs", {"ray": "local"})):
         config = EvalConfig(policy=SHIPPED, episodes=episodes, seed=100000, settings=settings, **extra)
         summary = evaluate(config)
         rows.append({"how": label, "episodes": episodes, "wall_s": summary["wall_time_s"],

@@ -108,6 +108,8 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     assert (out / "report" / "loss_train_stage1.png").is_file()
     log = (out / "pipeline.log").read_text()
     assert "[3/8] train_stage1: done before, skipped" in log and "interrupted" in log
+    assert "eval 2: 1/1 episodes, " in log  # evaluations log their progress too
+    assert "robustness size, policy: 1/1 episodes, " in log and "robustness size, expert: 1/1 episodes, " in log
 
     # Redo one training through torchrun (--nproc-per-node 1): delete its manifest and output.
     import shutil

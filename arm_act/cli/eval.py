@@ -4,6 +4,7 @@
     arm-act eval --policy checkpoints/default --episodes 200 --seed 5000 --blocks 6
     arm-act eval --policy checkpoints/default --camera-rate 50 --episodes 60 --seed 500000
     arm-act eval --policy checkpoints/default --robustness all --episodes 50 --seed 400000 --out r.json
+    arm-act eval --policy checkpoints/default --episodes 200 --seed 100000 --workers 2 --threads 1
     arm-act eval --policy checkpoints/default --live --compare-in-process --episodes 100 --seed 100000 \
                  --threads 1 --latency-ticks 1 --out live.json
 
@@ -56,6 +57,9 @@ def configure(parser) -> None:
                         help="push, lighting, camera, distractors, size, crowded, none, or all (a table); "
                              "a checkpoint runs beside the expert")
     parser.add_argument("--no-expert", action="store_true", help="with --robustness: skip the expert's runs")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="in-process episodes in this many local processes, each with its own sim and policy "
+                             "(give each --threads 1 on a small machine); the same records as one process")
     parser.add_argument("--ray", metavar="ADDRESS",
                         help="one Ray task per episode: local (start Ray here), auto or ray://HOST:PORT "
                              "(join a cluster); the checkpoint travels to the tasks, videos and bags come back")
@@ -85,6 +89,7 @@ def add_policy_arguments(parser) -> None:
 
 def run(args) -> int:
     from arm_act.common.ray_pool import RayPoolError
+    from arm_act.common.worker_pool import WorkerError
     from arm_act.eval.evaluate import EvalConfig, evaluate
     from arm_act.eval.in_process import PolicySettings
     from arm_act.policy.checkpoint import CheckpointError
@@ -99,11 +104,11 @@ def run(args) -> int:
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
             live=args.live, compare_in_process=args.compare_in_process, logs=args.logs,
-            real_time_factor=args.real_time_factor)
+            real_time_factor=args.real_time_factor, workers=args.workers)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)
-    except (CheckpointError, ValueError, RayPoolError) as exc:
+    except (CheckpointError, ValueError, RayPoolError, WorkerError) as exc:
         raise CommandError(str(exc)) from None
     except RuntimeError as exc:  # a live node that exited or stalled
         if not args.live:

@@ -39,8 +39,6 @@ import dataclasses
 import json
 import logging
 import math
-import multiprocessing
-import queue
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +49,7 @@ import numpy as np
 from arm_act.bags import BagError, bag_info
 from arm_act.bags.episode import EpisodeBagRecorder, bag_name
 from arm_act.common.episodes import EpisodeSpec, episode_spec
+from arm_act.common.worker_pool import run_in_processes
 
 logger = logging.getLogger(__name__)
 
@@ -364,52 +363,6 @@ def plan(config: CollectConfig, specs: Sequence[EpisodeSpec], resume: bool) -> t
     return [s for s in specs if s.seed not in done], len(done)
 
 
-def _worker_process(config: CollectConfig, tasks, results) -> None:
-    """A worker process: one CollectionWorker for all its episodes, until a None task."""
-    try:
-        worker = CollectionWorker(config)
-    except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
-        results.put((None, f"worker start: {type(exc).__name__}: {exc}"))
-        return
-    with worker:
-        while (spec := tasks.get()) is not None:
-            try:
-                results.put((worker.collect(spec), None))
-            except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
-                results.put((None, f"seed {spec.seed}: {type(exc).__name__}: {exc}"))
-
-
-def _run_in_processes(config: CollectConfig, specs: list[EpisodeSpec], workers: int,
-                      done: Callable[[dict], None]) -> None:
-    # spawn: PyBullet and DDS state must not be forked; one env per worker process.
-    context = multiprocessing.get_context("spawn")
-    tasks, results = context.Queue(), context.Queue()
-    for spec in specs:
-        tasks.put(spec)
-    processes = [context.Process(target=_worker_process, args=(config, tasks, results), daemon=True)
-                 for _ in range(min(workers, len(specs)))]
-    for process in processes:
-        tasks.put(None)
-        process.start()
-    try:
-        for _ in specs:
-            while True:
-                try:
-                    record, error = results.get(timeout=1.0)
-                    break
-                except queue.Empty:
-                    if not any(p.is_alive() for p in processes):
-                        raise RuntimeError("every worker process exited before the run was complete") from None
-            if error is not None:
-                raise RuntimeError(error)
-            done(record)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-            process.join(timeout=10.0)
-
-
 def collect_remote(spec: EpisodeSpec, config: CollectConfig, checkpoint: dict[str, bytes] | None = None) -> dict:
     """A Ray task: record one episode into a temporary directory of the node it runs on;
     -> {"record", "bag" (its directory name), "files" ({relative path: bytes})}.
@@ -495,8 +448,8 @@ def collect(config: CollectConfig, episodes: int, seed: int, blocks: tuple[int, 
             with CollectionWorker(config) as worker:
                 for spec in specs:
                     done(worker.collect(spec))
-        elif specs:
-            _run_in_processes(config, specs, workers, done)
+        else:
+            run_in_processes(CollectionWorker, (config,), "collect", specs, workers, lambda _i, record: done(record))
     except Exception as exc:  # noqa: BLE001 - BagError, sim errors, a worker's RuntimeError: one line
         raise CollectError(f"collect stopped: {exc}") from None
     records.sort(key=lambda r: r["seed"])

@@ -18,11 +18,19 @@ episode as a Ray task instead, with the latency fixed on the driver (given, or m
 there once) and the checkpoint's files sent to the tasks as bytes; videos and bags come
 back as bytes and are written on the driver. The same seeds give the same records as a
 local run.
+
+workers > 1 runs the in-process episodes in that many local processes (spawned, each with
+its own env and its own copy of the policy, arm_act/common/worker_pool.py), the latency
+fixed once here as for Ray; the records are the same as one process's, episode by episode.
+on_record(record), if given, is called as each episode ends (the pipeline logs progress
+with it).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +63,7 @@ class EvalConfig:
     compare_in_process: bool = False  # with live: the same seeds in process too, side by side
     logs: Path | None = None  # with live: the nodes' logs go here (default: a temporary directory)
     real_time_factor: float = 1.0  # with live: sim_node's; below 1 gives the nodes slack on a loaded machine
+    workers: int = 1  # local processes for in-process episodes, each with its own env and policy
 
     def __post_init__(self):
         parse_blocks(self.blocks)  # raises ValueError quoting the text
@@ -73,6 +82,11 @@ class EvalConfig:
             raise ValueError("compare_in_process compares a live run with the in-process one: it needs live")
         if self.episodes < 1:
             raise ValueError(f"episodes={self.episodes} must be >= 1")
+        if self.workers < 1:
+            raise ValueError(f"workers={self.workers} must be >= 1")
+        if self.workers > 1 and (self.over_ros or self.live or self.ray is not None):
+            raise ValueError(f"workers={self.workers} runs in-process episodes in local processes; over_ros and "
+                             "live run them through nodes, and ray spreads them over Ray's own workers")
         if self.ray is not None and self.over_ros:
             raise ValueError("ray runs in-process episodes as tasks; over_ros runs them through nodes here")
         if self.ray is not None and self.settings.device != "cpu":
@@ -162,20 +176,54 @@ def run_one(runner, env, spec) -> dict:
     return record
 
 
-def _in_process(config: EvalConfig, runner) -> list[dict]:
+class EpisodeWorker:
+    """One worker process of a local evaluation: its own env and runner (the policy loaded
+    with the latency the parent fixed, or the expert); run(spec) -> the episode's record."""
+
+    def __init__(self, config: EvalConfig, latency_ticks: int):
+        if config.checkpoint is None:
+            self.runner = ExpertRunner()
+        else:
+            settings = dataclasses.replace(config.settings, latency_ticks=latency_ticks)
+            self.runner = PolicyRunner.load(config.checkpoint, config.sim_config(), settings,
+                                            video_dir=config.video, bags_dir=config.bags)
+        self.env = config.make_env()
+
+    def __enter__(self) -> EpisodeWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.env.close()
+
+    def run(self, spec) -> dict:
+        return run_one(self.runner, self.env, spec)
+
+
+def _in_process(config: EvalConfig, runner, on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    from arm_act.common.worker_pool import run_in_processes
+
     blocks = parse_blocks(config.blocks)
-    results: list[dict] = []
-    env = config.make_env()
-    try:
-        with progress_bar(total=config.episodes, desc="eval", unit="ep") as bar:
-            for index in range(config.episodes):
-                spec = episode_spec(index, config.seed, blocks)
-                results.append(run_one(runner, env, spec))
-                bar.update(1)
-                bar.set_postfix(success=f"{sum(r['success'] for r in results)}/{len(results)}")
-    finally:
-        env.close()
-    return results
+    specs = [episode_spec(index, config.seed, blocks) for index in range(config.episodes)]
+    results: dict[int, dict] = {}
+    with progress_bar(total=config.episodes, desc="eval", unit="ep") as bar:
+        def done(index: int, record: dict) -> None:
+            results[index] = record
+            bar.update(1)
+            bar.set_postfix(success=f"{sum(r['success'] for r in results.values())}/{len(results)}")
+            if on_record is not None:
+                on_record(record)
+
+        if config.workers > 1:
+            latency = runner.latency_ticks if isinstance(runner, PolicyRunner) else 0
+            run_in_processes(EpisodeWorker, (config, latency), "run", specs, config.workers, done)
+        else:
+            env = config.make_env()
+            try:
+                for index, spec in enumerate(specs):
+                    done(index, run_one(runner, env, spec))
+            finally:
+                env.close()
+    return [results[index] for index in range(len(specs))]
 
 
 def evaluate_remote(spec, config: EvalConfig, latency_ticks: int = 0,
@@ -207,7 +255,7 @@ def evaluate_remote(spec, config: EvalConfig, latency_ticks: int = 0,
         return {"record": record, "files": files_under(root / "out") if (root / "out").is_dir() else {}}
 
 
-def _on_ray(config: EvalConfig, runner) -> tuple[list[dict], dict]:
+def _on_ray(config: EvalConfig, runner, on_record: Callable[[dict], None] | None = None) -> tuple[list[dict], dict]:
     from arm_act.common.ray_pool import TaskReport, files_under, ray_session, run_tasks, write_files
 
     blocks = parse_blocks(config.blocks)
@@ -217,6 +265,8 @@ def _on_ray(config: EvalConfig, runner) -> tuple[list[dict], dict]:
 
     def arrived(_index: int, result: dict) -> None:
         successes.append(result["record"]["success"])
+        if on_record is not None:
+            on_record(result["record"])
         for kind, directory in outputs.items():
             mine = {name.partition("/")[2]: data for name, data in result["files"].items()
                     if name.partition("/")[0] == kind}
@@ -234,7 +284,7 @@ def _on_ray(config: EvalConfig, runner) -> tuple[list[dict], dict]:
     return [r["record"] for r in results], {"address": config.ray, **report.to_dict()}
 
 
-def evaluate(config: EvalConfig) -> dict:
+def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None) -> dict:
     """Run the episodes (module docstring) and summarize them. Raises CheckpointError or
     ValueError for a checkpoint that does not load or fit the sim. Progress goes to stderr."""
     if config.checkpoint is None:
@@ -245,7 +295,7 @@ def evaluate(config: EvalConfig) -> dict:
     started = time.monotonic()
     extra = {}
     if config.ray is not None:
-        results, extra["ray"] = _on_ray(config, runner)
+        results, extra["ray"] = _on_ray(config, runner, on_record)
     elif config.live:
         from arm_act.eval.live import compare, run_live
 
@@ -260,7 +310,7 @@ def evaluate(config: EvalConfig) -> dict:
         latency = runner.describe["latency_ticks"] if isinstance(runner.describe, dict) else 0
         results = run_over_ros(config, latency)
     else:
-        results = _in_process(config, runner)
+        results = _in_process(config, runner, on_record)
     return summarize(results, {
         "policy": runner.describe,
         "seed": config.seed,
@@ -269,6 +319,7 @@ def evaluate(config: EvalConfig) -> dict:
         "control_rate": config.control_rate,
         "over_ros": bool(config.over_ros),
         "robustness": config.robustness,
+        "workers": config.workers,
         "wall_time_s": round(time.monotonic() - started, 2),
         **extra,
     })

@@ -40,9 +40,11 @@ def _cell(summary: dict) -> dict:
 
 
 def robustness_suite(config: EvalConfig, names: list[str], with_expert: bool = True,
-                     on_variant: Callable[[dict], None] | None = None) -> dict:
+                     on_variant: Callable[[dict], None] | None = None,
+                     on_record: Callable[[str, str, dict], None] | None = None) -> dict:
     """Evaluate config's policy (and, for a checkpoint with with_expert, the expert too) in
-    each named variant. on_variant(table so far) after each variant. Returns {"rows": [{variant,
+    each named variant. on_variant(table so far) after each variant; on_record(variant,
+    "policy"|"expert", record) after each episode. Returns {"rows": [{variant,
     policy: cell, expert: cell}], "summaries": {variant: {who: full summary}}, ...}."""
     agents = {"policy": config.policy} if config.policy != EXPERT else {}
     if with_expert or config.policy == EXPERT:
@@ -53,8 +55,9 @@ def robustness_suite(config: EvalConfig, names: list[str], with_expert: bool = T
         row: dict = {"variant": name}
         table["summaries"][name] = {}
         for who, policy in agents.items():
-            summary = evaluate(dataclasses.replace(config, policy=policy,
-                                                   robustness=None if name == PLAIN else name))
+            summary = evaluate(dataclasses.replace(config, policy=policy, robustness=None if name == PLAIN else name),
+                               on_record=None if on_record is None else
+                               lambda record, n=name, w=who: on_record(n, w, record))
             row[who] = _cell(summary)
             table["summaries"][name][who] = summary
         table["rows"].append(row)

@@ -1,7 +1,7 @@
 """The recipe of `arm-act pipeline`: a YAML file read into frozen, validated dataclasses.
 
     blocks: 2-5                       # block counts of every collection
-    workers: 2                        # local collection processes
+    workers: 2                        # local processes for collection and evaluation
     demos:                            # scripted-expert demonstrations, in order
       - {name: demos_plain, episodes: 400, seed: 0}
       - {name: demos_perturbed, episodes: 200, seed: 400, perturb: 0.3}

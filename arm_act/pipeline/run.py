@@ -86,15 +86,31 @@ def _checkpoint_complete(path: Path) -> bool:
                                                      "metrics.json"))
 
 
+def _every_tenth(total: int, report: Callable[[int, int], None]) -> Callable[[dict], None]:
+    """An on_record callback calling report(episodes so far, successes so far) after every
+    tenth of `total` episodes and after the last: progress in pipeline.log, where no
+    progress bar draws."""
+    counts = [0, 0]
+
+    def on_record(record: dict) -> None:
+        counts[0] += 1
+        counts[1] += bool(record.get("success"))
+        if counts[0] % max(1, total // 10) == 0 or counts[0] == total:
+            report(*counts)
+    return on_record
+
+
 @contextlib.contextmanager
 def _one_line(what: str):
-    """Evaluation errors (a checkpoint that does not load, bad settings, Ray) as PipelineError."""
+    """Evaluation errors (a checkpoint that does not load, bad settings, Ray, a worker
+    process) as PipelineError."""
     from arm_act.common.ray_pool import RayPoolError
+    from arm_act.common.worker_pool import WorkerError
     from arm_act.policy.checkpoint import CheckpointError
 
     try:
         yield
-    except (CheckpointError, RayPoolError, ValueError) as exc:
+    except (CheckpointError, RayPoolError, WorkerError, ValueError) as exc:
         raise PipelineError(f"{what}: {exc}") from None
 
 
@@ -262,13 +278,8 @@ class Pipeline:
 
         config = CollectConfig(out=self.data_dir(name), perturb=perturb, policy=policy, handover=handover,
                                latency_ticks=latency_ticks if policy is not None else None, world=world)
-        done = [0]
-
-        def on_record(record: dict) -> None:
-            done[0] += 1
-            if done[0] % max(1, episodes // 10) == 0 or done[0] == episodes:
-                logger.info("collect %s: %d episodes this run", name, done[0])
-
+        on_record = _every_tenth(episodes, lambda n, _successes: logger.info("collect %s: %d episodes this run",
+                                                                              name, n))
         try:
             summary = collect(config, episodes, seed, parse_blocks(self.config.blocks), workers=self.config.workers,
                               resume=True, on_record=on_record, ray=self.options.ray)
@@ -341,13 +352,17 @@ class Pipeline:
         settings = PolicySettings(latency_ticks=self.config.eval_latency_ticks, threads=self.config.eval_threads,
                                   device=eval_device)
         return EvalConfig(policy=self.final_checkpoint, episodes=episodes, seed=seed, blocks=blocks,
-                          time_limit=time_limit, settings=settings, ray=self.options.ray)
+                          time_limit=time_limit, settings=settings, ray=self.options.ray,
+                          workers=1 if self.options.ray else self.config.workers)
 
     def _eval(self, spec) -> dict:
         from arm_act.eval.evaluate import evaluate
 
+        progress = _every_tenth(spec.episodes, lambda n, ok: logger.info("eval %s: %d/%d episodes, %d succeeded",
+                                                                          spec.name, n, spec.episodes, ok))
         with _one_line(f"eval {spec.name}"):
-            summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit))
+            summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit),
+                               on_record=progress)
         _write_json(self.out / "evals" / f"{spec.name}.json", summary)
         return {k: v for k, v in summary.items() if k != "results"}
 
@@ -359,9 +374,18 @@ class Pipeline:
         for v in (spec.variants if isinstance(spec.variants, tuple) else (spec.variants,)):
             names += [n for n in variants(v) if n not in names]
         partial = self.out / "evals" / ".robustness_partial.json"
+        progress: dict[tuple[str, str], Callable[[dict], None]] = {}
+
+        def on_record(variant: str, who: str, record: dict) -> None:
+            if (variant, who) not in progress:
+                progress[variant, who] = _every_tenth(spec.episodes, lambda n, ok: logger.info(
+                    "robustness %s, %s: %d/%d episodes, %d succeeded", variant, who, n, spec.episodes, ok))
+            progress[variant, who](record)
+
         with _one_line("robustness"):
             table = robustness_suite(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit),
-                                     names, with_expert=spec.with_expert, on_variant=lambda t: _write_json(partial, t))
+                                     names, with_expert=spec.with_expert, on_variant=lambda t: _write_json(partial, t),
+                                     on_record=on_record)
         _write_json(self.out / "evals" / "robustness.json", table)
         (self.out / "evals" / "robustness.md").write_text(markdown_table(table) + "\n")
         partial.unlink(missing_ok=True)

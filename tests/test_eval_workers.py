@@ -1,0 +1,109 @@
+"""`arm-act eval --workers N` and the process pool under it (arm_act/common/worker_pool.py):
+the same seeds give the same records and bags as one process; every episode is reported as
+it ends; a worker that fails to start, an episode that raises and a worker that dies each
+stop the run with one line."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rosbags.highlevel import AnyReader
+
+from arm_act.cli import main as cli
+from arm_act.common.worker_pool import WorkerError, run_in_processes
+from arm_act.eval.evaluate import EvalConfig, evaluate
+from arm_act.eval.in_process import PolicySettings
+
+SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
+
+
+class Squares:
+    """A worker for the pool tests (spawned processes import it from this module)."""
+
+    def __init__(self, fail_on: int | None = None, die_on: int | None = None, refuse: bool = False):
+        if refuse:
+            raise OSError("no sim for this worker")
+        self.fail_on, self.die_on, self.pid = fail_on, die_on, os.getpid()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def square(self, item: int) -> tuple[int, int]:
+        if item == self.fail_on:
+            raise ValueError(f"item {item} is bad")
+        if item == self.die_on:
+            os._exit(3)
+        return item * item, self.pid
+
+
+@pytest.mark.unit
+def test_the_pool_runs_every_item_once_in_several_processes():
+    got: dict[int, tuple[int, int]] = {}
+    run_in_processes(Squares, (), "square", list(range(12)), 2, lambda i, r: got.__setitem__(i, r))
+    assert sorted(got) == list(range(12)) and all(got[i][0] == i * i for i in got)
+    assert all(pid != os.getpid() for _, pid in got.values())
+    run_in_processes(Squares, (), "square", [], 2, lambda i, r: pytest.fail("nothing to run"))
+    with pytest.raises(ValueError, match="workers=0"):
+        run_in_processes(Squares, (), "square", [1], 0, lambda i, r: None)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, message", [
+    ((5, None, False), r"^5: ValueError: item 5 is bad$"),
+    ((None, None, True), r"^worker start: OSError: no sim for this worker$"),
+    ((None, 4, False), r"^every worker process exited before the run was complete$"),
+])
+def test_a_failure_in_a_worker_stops_the_run_with_one_line(args, message):
+    with pytest.raises(WorkerError, match=message):
+        run_in_processes(Squares, args, "square", list(range(8)), 2, lambda i, r: None)
+
+
+def _messages(bag: Path) -> list[tuple[str, int, bytes]]:
+    with AnyReader([bag]) as reader:
+        return [(c.topic, timestamp, bytes(raw)) for c, timestamp, raw in reader.messages()]
+
+
+@pytest.mark.e2e
+def test_two_workers_give_the_records_and_bags_of_one_process(tmp_path, capsys):
+    args = ["eval", "--policy", str(SHIPPED), "--episodes", "3", "--seed", "100000", "--threads", "1",
+            "--latency-ticks", "1", "--time-limit", "6", "--json"]
+    assert cli.main([*args, "--workers", "2", "--bags", str(tmp_path / "two")]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert cli.main([*args, "--bags", str(tmp_path / "one")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert len(one["results"]) == 3 and two["results"] == one["results"]  # in seed order, field for field
+    assert [r["seed"] for r in two["results"]] == [100000, 100001, 100002]
+    assert two["policy"] == one["policy"] and (two["workers"], one["workers"]) == (2, 1)
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert len(names) == 3 and names == sorted(p.name for p in (tmp_path / "two").iterdir())
+    for name in names:
+        assert _messages(tmp_path / "two" / name) == _messages(tmp_path / "one" / name)
+
+
+@pytest.mark.e2e
+def test_every_episode_is_reported_as_it_ends():
+    seen: list[dict] = []
+    config = EvalConfig(policy=SHIPPED, episodes=3, seed=100000, time_limit=3.0, workers=2,
+                        settings=PolicySettings(threads=1, latency_ticks=1))
+    summary = evaluate(config, on_record=seen.append)
+    assert sorted(r["seed"] for r in seen) == [100000, 100001, 100002]
+    assert sorted(seen, key=lambda r: r["seed"]) == summary["results"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change", [{"workers": 0}, {"workers": 2, "over_ros": True},
+                                    {"workers": 2, "ray": "local"}, {"workers": 2, "live": True}])
+def test_workers_are_for_in_process_episodes(change):
+    with pytest.raises(ValueError, match="workers="):
+        EvalConfig(**change)
+
+
+@pytest.mark.unit
+def test_the_cli_names_bad_workers_in_one_line(capsys):
+    assert cli.main(["eval", "--episodes", "1", "--workers", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["arm-act eval: error: workers=0 must be >= 1"]
