@@ -227,3 +227,19 @@ def test_grasp_recipe_is_the_default_recipe_plus_a_grasp_round():
     assert train.params["data"][-1] == "/run/data/grasp_3" and len(train.params["data"]) == 5
     assert [s.name for s in grasp[9:]] == [s.name for s in default[7:]]
     assert all(s.params["policy"] == "/run/checkpoints/grasp_3" for s in grasp[9:12])
+
+
+@pytest.mark.unit
+def test_regrasp_recipe_is_the_grasp_recipe_plus_a_miss_round():
+    """config/pipeline_regrasp.yaml: its first 9 stages are pipeline_grasp.yaml's, then one
+    `handover: miss` round driven by the grasp round's checkpoint, trained on everything."""
+    grasp = Pipeline(load(ROOT / "config" / "pipeline_grasp.yaml"), Path("/run")).stages
+    regrasp = Pipeline(load(ROOT / "config" / "pipeline_regrasp.yaml"), Path("/run")).stages
+    assert [(s.name, s.params) for s in regrasp[:9]] == [(s.name, s.params) for s in grasp[:9]]
+    collect, train = regrasp[9:11]
+    assert (collect.name, collect.params["handover"], collect.params["episodes"]) == ("collect_regrasp_4", "miss",
+                                                                                       1500)
+    assert collect.params["policy"] == "/run/checkpoints/grasp_3" and train.name == "train_regrasp_4"
+    assert train.params["data"][-1] == "/run/data/regrasp_4" and len(train.params["data"]) == 6
+    assert [s.name for s in regrasp[11:]] == [s.name for s in grasp[9:]]
+    assert all(s.params["policy"] == "/run/checkpoints/regrasp_4" for s in regrasp[11:14])
