@@ -22,6 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def _shown(path: Path) -> str:
+    """A path inside the repository relative to it (results carry no machine's paths)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     from arm_act.eval.evaluate import EvalConfig, evaluate
     from arm_act.eval.in_process import PolicySettings
@@ -50,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({summary['successes']} succeeded)", flush=True)
     one, two = statistics.median(walls[1]), statistics.median(walls[2])
     result = {
-        "policy": str(args.policy), "episodes": args.episodes, "seed": args.seed, "threads_per_process": 1,
+        "policy": _shown(args.policy), "episodes": args.episodes, "seed": args.seed, "threads_per_process": 1,
         "wall_s": {"1": walls[1], "2": walls[2]}, "median_s": {"1": one, "2": two},
         "speedup_median": round(one / two, 2), "speedup_worst": round(min(walls[1]) / max(walls[2]), 2),
         "episodes_per_min_median": {"1": round(60 * args.episodes / one, 1), "2": round(60 * args.episodes / two, 1)},
