@@ -107,3 +107,59 @@ def test_workers_are_for_in_process_episodes(change):
 def test_the_cli_names_bad_workers_in_one_line(capsys):
     assert cli.main(["eval", "--episodes", "1", "--workers", "0"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["arm-act eval: error: workers=0 must be >= 1"]
+
+
+class Sleeper:
+    """A worker whose items take a while (for the Ctrl-C test)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def nap(self, item: int) -> int:
+        import time
+
+        time.sleep(0.5)
+        return item
+
+
+CTRL_C_PARENT = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from arm_act.common.worker_pool import run_in_processes
+from test_eval_workers import Sleeper
+done = []
+try:
+    run_in_processes(Sleeper, (), "nap", list(range(200)), 2, lambda i, r: done.append(i) or print(i, flush=True))
+except KeyboardInterrupt:
+    print("interrupted after", len(done), flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.unit
+def test_ctrl_c_stops_the_parent_and_its_workers_without_their_tracebacks():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent)])}
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_PARENT], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip().isdigit()  # the workers are running items
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "interrupted after" in out
+    assert "Traceback" not in err, err[-2000:]
+    time.sleep(0.5)  # exited ones may stay <defunct> until init reaps them: those are gone
+    rows = subprocess.run(["ps", "-o", "stat=,pid=,args=", "-g", str(proc.pid)], capture_output=True,
+                          text=True).stdout.splitlines()
+    assert [r for r in rows if not r.strip().startswith("Z")] == [], f"workers left behind: {rows}"

@@ -7,14 +7,19 @@ PyBullet env, its own policy) and runs items from a shared queue until there are
 the name of its method that takes one item and returns one result. Results reach `done`
 in the order they finish. Processes are spawned, never forked: PyBullet and DDS state must
 not be copied into a child. A worker that fails to start, or an item that raises, stops the
-run with WorkerError (one line: which item and what it raised).
+run with WorkerError (one line: which item and what it raised). Workers ignore SIGINT: a
+Ctrl-C interrupts the parent, which terminates them; a worker also ends when its parent
+dies.
 """
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from arm_act.common.processes import die_with_parent
 
 POLL_S = 1.0  # how often the parent checks that some worker is still alive
 
@@ -24,6 +29,10 @@ class WorkerError(RuntimeError):
 
 
 def _worker_process(factory: Callable[..., Any], args: tuple, method: str, tasks, results) -> None:
+    # Ctrl-C reaches the whole process group; it is the parent's to handle, and the parent
+    # then terminates the workers. A worker whose parent dies goes too (SIGTERM).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
     try:
         worker = factory(*args)
     except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
