@@ -197,8 +197,12 @@ def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_
         write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
     args = [ARM_ACT, "train", "--data", str(data), "--out", str(out), "--config", *TINY_FLAGS, "log_every=1",
             "checkpoint_every=2", "--device", "cpu"]
+    # As a terminal user starts it: with SIGINT at its default. A shell without job control
+    # (`cmd &` in a script, some CI runners) starts background jobs with SIGINT ignored, and
+    # children inherit that, so arm-act would never see the Ctrl-C this test sends.
     proc = subprocess.Popen([*args, "--steps", "100000", "--nproc-per-node", "2"], env=_env(), text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     try:
         for line in proc.stderr:
