@@ -9,6 +9,8 @@ eager to ~11.5 ms, outputs equal to 1e-6; the shipped policy: benchmarks/RESULTS
     backend = OnnxPolicy.export(model, threads=2)              # checks nothing
     backend, reason = verified_onnx_policy(model, threads=2)   # None + reason if unusable
     actions = backend(images, state, instruction_ids, instruction_mask)  # (B, K, A) tensor
+    actions, target = backend.predict(images, state, instruction_ids, instruction_mask)
+                                                               # ... and the target head's (3,) m, or None
 
 The graph is exported at load time into memory, never written to disk: it always matches
 the weights it was made from. Batch size 1 and the input shapes are fixed at export.
@@ -37,16 +39,24 @@ INPUT_NAMES = ("images", "state", "instruction_ids", "instruction_mask")
 DEFAULT_TOLERANCE = 1e-4
 
 
-class _ActionsOnly(nn.Module):
-    """ACTPolicy.forward returns a PolicyOutput dataclass; the exporter needs plain tensors."""
+class _Outputs(nn.Module):
+    """ACTPolicy.forward returns a PolicyOutput dataclass; the exporter needs plain tensors:
+    the actions (B, K, A), and the target head's estimate (B, 3) when the model has one (the
+    aim correction, arm_act.policy.aim, runs on it)."""
 
-    def __init__(self, model: ACTPolicy):
+    def __init__(self, model: ACTPolicy, with_target: bool):
         super().__init__()
         self.model = model
+        self.with_target = with_target
 
-    def forward(self, images, state, instruction_ids, instruction_mask) -> torch.Tensor:
-        return self.model(images, state, instruction_ids, instruction_mask,
-                          need_weights=False).actions  # (B, K, A)
+    def forward(self, images, state, instruction_ids, instruction_mask):
+        out = self.model(images, state, instruction_ids, instruction_mask, need_weights=False)
+        return (out.actions, out.target) if self.with_target else out.actions
+
+
+def _has_target(model: ACTPolicy, inputs: dict[str, torch.Tensor]) -> bool:
+    with torch.inference_mode():
+        return model(**inputs, need_weights=False).target is not None
 
 
 def export_inputs(model: ACTPolicy, generator: torch.Generator | None = None
@@ -65,9 +75,11 @@ def export_inputs(model: ACTPolicy, generator: torch.Generator | None = None
 
 
 def export_onnx_bytes(model: ACTPolicy, inputs: dict[str, torch.Tensor] | None = None) -> bytes:
-    """The inference graph (images, state, instruction ids, mask -> actions) as ONNX bytes."""
+    """The inference graph (images, state, instruction ids, mask -> actions, and target when
+    the model has a target head) as ONNX bytes."""
     inputs = export_inputs(model) if inputs is None else inputs
-    wrapper = _ActionsOnly(model).eval()
+    with_target = _has_target(model, inputs)
+    wrapper = _Outputs(model, with_target).eval()
     buffer = io.BytesIO()
     # The TorchScript-based exporter (dynamo=False): torch.export's exporter needs the
     # onnxscript package, which the pinned requirements do not include. The tracer warns
@@ -82,7 +94,8 @@ def export_onnx_bytes(model: ACTPolicy, inputs: dict[str, torch.Tensor] | None =
         warnings.filterwarnings("ignore", message=".*Removing mutation.*")
         torch.onnx.export(wrapper, tuple(inputs[name] for name in INPUT_NAMES), buffer,
                           dynamo=False, opset_version=OPSET, input_names=list(INPUT_NAMES),
-                          output_names=["actions"], do_constant_folding=True)
+                          output_names=["actions", "target"] if with_target else ["actions"],
+                          do_constant_folding=True)
     return buffer.getvalue()
 
 
@@ -109,20 +122,33 @@ class OnnxPolicy:
         self.onnx_bytes = len(onnx_bytes)
         # Tracing may drop inputs the graph does not read; feed only the ones it kept.
         self._inputs = [i.name for i in self.session.get_inputs()]
+        self.has_target = "target" in [o.name for o in self.session.get_outputs()]
 
     @classmethod
     def export(cls, model: ACTPolicy, threads: int,
                generator: torch.Generator | None = None) -> OnnxPolicy:
         return cls(export_onnx_bytes(model, export_inputs(model, generator)), threads)
 
+    def _feed(self, images, state, instruction_ids, instruction_mask) -> dict[str, np.ndarray]:
+        given = {"images": images, "state": state, "instruction_ids": instruction_ids,
+                 "instruction_mask": instruction_mask}
+        return {name: given[name].detach().cpu().numpy() for name in self._inputs}
+
     def run(self, images: torch.Tensor, state: torch.Tensor, instruction_ids: torch.Tensor,
             instruction_mask: torch.Tensor) -> np.ndarray:
         """Same inputs as ACTPolicy.forward (batch 1) -> actions (1, K, A) float32 array."""
-        given = {"images": images, "state": state, "instruction_ids": instruction_ids,
-                 "instruction_mask": instruction_mask}
-        feed = {name: given[name].detach().cpu().numpy() for name in self._inputs}
-        (actions,) = self.session.run(["actions"], feed)
+        (actions,) = self.session.run(["actions"], self._feed(images, state, instruction_ids, instruction_mask))
         return actions
+
+    def predict(self, images, state, instruction_ids, instruction_mask
+                ) -> tuple[torch.Tensor, np.ndarray | None]:
+        """-> (actions (1, K, A) tensor, the target head's estimate (3,) float64 m or None),
+        in one run of the graph."""
+        if not self.has_target:
+            return self(images, state, instruction_ids, instruction_mask), None
+        actions, target = self.session.run(["actions", "target"],
+                                           self._feed(images, state, instruction_ids, instruction_mask))
+        return torch.from_numpy(actions), target[0].astype(np.float64)
 
     def __call__(self, images, state, instruction_ids, instruction_mask) -> torch.Tensor:
         return torch.from_numpy(self.run(images, state, instruction_ids, instruction_mask))
@@ -130,11 +156,18 @@ class OnnxPolicy:
 
 def max_abs_difference(backend: OnnxPolicy, model: ACTPolicy,
                        generator: torch.Generator | None = None) -> float:
-    """Max |onnx - torch| over the normalised actions for one random padded input."""
+    """Max |onnx - torch| over the normalised actions, and the target estimate (m) where the
+    model has one, for one random padded input."""
     inputs = export_inputs(model, generator)
     with torch.inference_mode():
-        reference = model(**inputs).actions.numpy()  # (1, K, A)
-    return float(np.max(np.abs(backend.run(**inputs) - reference)))
+        reference = model(**inputs)
+    actions, target = backend.predict(**inputs)
+    diff = float(np.max(np.abs(actions.numpy() - reference.actions.numpy())))  # (1, K, A)
+    if (target is None) != (reference.target is None):
+        return float("inf")
+    if target is not None:
+        diff = max(diff, float(np.max(np.abs(target - reference.target[0].double().numpy()))))
+    return diff
 
 
 def verified_onnx_policy(model: ACTPolicy, threads: int, tolerance: float = DEFAULT_TOLERANCE,

@@ -252,7 +252,7 @@ class PolicyRuntime:
         start = time.perf_counter()
         cross_attention = target = None
         if self._onnx is not None and not need_attention:
-            normalised = self._onnx(pixels, state, ids, ids_mask)  # (1, K, A)
+            normalised, target = self._onnx.predict(pixels, state, ids, ids_mask)  # (1, K, A), (3,) m or None
         else:
             out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
             normalised = out.actions.cpu()

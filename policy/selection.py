@@ -36,26 +36,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from arm_act.policy.runtime import ARM_JOINTS, ChunkPrediction, CommandLimiter
+from arm_act.policy.aim import AimCorrector
+from arm_act.policy.runtime import ARM_JOINTS, GRIPPER_RANGE, ChunkPrediction, CommandLimiter
 
 
 class ActionSelector:
     """Chunks in, one command per control tick out; see the module docstring."""
 
-    def __init__(self, runtime, latency_ticks: int, limiter: CommandLimiter):
-        """runtime: a PolicyRuntime (predict_chunk, and its chunk executor: reset, add_chunk, action)."""
+    def __init__(self, runtime, latency_ticks: int, limiter: CommandLimiter, aim: AimCorrector | None = None):
+        """runtime: a PolicyRuntime (predict_chunk, and its chunk executor: reset, add_chunk, action).
+        aim: the aim correction between the executor and the limiter (arm_act.policy.aim), or None."""
         if latency_ticks < 0:
             raise ValueError(f"latency_ticks={latency_ticks} must be >= 0")
         self.runtime = runtime
         self.latency_ticks = int(latency_ticks)
         self.limiter = limiter
-        self._ready: list[tuple[int, int, np.ndarray]] = []  # (usable tick, start tick, (K, A)), not yet executed
+        self.aim = aim
+        # (usable tick, start tick, (K, A), target estimate (3,) or None), not yet executed
+        self._ready: list[tuple[int, int, np.ndarray, np.ndarray | None]] = []
         self._expected: set[int] = set()  # start ticks whose chunk is being computed
         self.held: tuple[np.ndarray, float] | None = None  # the command returned while no chunk covers a tick
         self.holding = True  # whether the last command was the hold
         self.started = False  # whether a chunk's action has been issued since reset
         self.last_start_tick = -1  # the start tick of the newest chunk handed to the executor
         self.last_prediction: ChunkPrediction | None = None  # from select_action's last inference
+        self._drop_before = -1  # chunks from pairs before this tick are dropped (after a missed grasp)
 
     def reset(self, joint_position: np.ndarray) -> None:
         """A new episode starts at the measured pose joint_position (S,): forget every chunk.
@@ -67,7 +72,10 @@ class ActionSelector:
         self.held = (position[:ARM_JOINTS].copy(), float(position[ARM_JOINTS]))
         self.holding, self.started, self.last_start_tick = True, False, -1
         self.last_prediction = None
+        self._drop_before = -1
         self.limiter.reset(position[:ARM_JOINTS])
+        if self.aim is not None:
+            self.aim.reset()
 
     # ------------------------------------------------------------ the latency rule
     def usable_tick(self, start_tick: int) -> int:
@@ -84,38 +92,62 @@ class ActionSelector:
 
     def is_known(self, start_tick: int) -> bool:
         """A chunk from `start_tick` is being computed or waits to become usable."""
-        return int(start_tick) in self._expected or any(s == start_tick for _, s, _ in self._ready)
+        return int(start_tick) in self._expected or any(item[1] == start_tick for item in self._ready)
 
     def awaiting(self, tick: int) -> bool:
         """Whether a chunk that is usable by `tick` is still being computed: lockstep waits for it."""
         return any(self.usable_tick(start) <= tick for start in self._expected)
 
-    def add_chunk(self, start_tick: int, actions: np.ndarray, usable_tick: int | None = None) -> None:
+    def add_chunk(self, start_tick: int, actions: np.ndarray, usable_tick: int | None = None,
+                  target: np.ndarray | None = None) -> None:
         """The chunk (K, A) computed from the pair of `start_tick`, usable from `usable_tick`
-        (default: the latency rule, start_tick + latency_ticks)."""
+        (default: the latency rule, start_tick + latency_ticks); `target` is the same
+        inference's target estimate (3,), which reaches the aim correction with the chunk."""
         start = int(start_tick)
         self._expected.discard(start)
+        if start < self._drop_before:
+            return  # computed before a missed grasp was reopened: it carries on with that grasp
         usable = self.usable_tick(start) if usable_tick is None else int(usable_tick)
-        self._ready.append((usable, start, np.asarray(actions)))
+        self._ready.append((usable, start, np.asarray(actions), None if target is None else np.asarray(target)))
 
     # ------------------------------------------------------------ commands
-    def command(self, tick: int) -> tuple[np.ndarray, float]:
+    def command(self, tick: int, joint_position: np.ndarray | None = None) -> tuple[np.ndarray, float]:
         """(arm (7,), gripper) for `tick`: the executor's action over every chunk usable by
-        now, limited, else the hold."""
-        due = sorted(((s, c) for u, s, c in self._ready if u <= tick), key=lambda item: item[0])
+        now, aim-corrected, limited, else the hold. joint_position (S,), the measured state,
+        lets the aim's grasp check see a grasp that closed on nothing (see `_reopen`)."""
+        if (self.aim is not None and joint_position is not None and self.held is not None
+                and self.aim.missed(self.held[1], float(np.asarray(joint_position)[ARM_JOINTS]))):
+            self._reopen(tick)
+        due = sorted(((s, c, t) for u, s, c, t in self._ready if u <= tick), key=lambda item: item[0])
         self._ready = [item for item in self._ready if item[0] > tick]
-        for start, chunk in due:
+        for start, chunk, target in due:
             self.runtime.add_chunk(start, chunk)
             self.last_start_tick = max(self.last_start_tick, start)
+            if self.aim is not None:
+                self.aim.observe(target)
         action = self.runtime.action(tick)
         self.holding = action is None
         if action is not None:
-            self.held = self.limiter(*action)
+            arm, gripper = action
+            if self.aim is not None:
+                arm = self.aim.correct(arm, gripper)
+            self.held = self.limiter(arm, gripper)
             self.started = True
         if self.held is None:
             raise RuntimeError("ActionSelector.command before reset(joint_position)")
         arm, gripper = self.held
         return arm.copy(), gripper
+
+    def _reopen(self, tick: int) -> None:
+        """The grasp closed on nothing: open the gripper, and drop every chunk computed
+        before now, since they carry on with that grasp (lift, carry). The arm holds its
+        last command until the chunk of the next camera pair, which sees the open fingers;
+        the aim correction aims that grasp afresh."""
+        self.runtime.reset()
+        self._ready.clear()
+        self._drop_before = int(tick) + 1  # this tick's own pair too: it still saw the closed fingers
+        arm, _ = self.held
+        self.held = self.limiter(arm, GRIPPER_RANGE[1])
 
     def select_action(self, tick: int, joint_position: np.ndarray, instruction: str,
                       images: dict[str, np.ndarray] | None = None, need_attention: bool = False,
@@ -126,5 +158,5 @@ class ActionSelector:
         if images is not None:
             self.last_prediction = self.runtime.predict_chunk(images, joint_position, instruction,
                                                               need_attention=need_attention)
-            self.add_chunk(tick, self.last_prediction.actions)
-        return self.command(tick)
+            self.add_chunk(tick, self.last_prediction.actions, target=self.last_prediction.target)
+        return self.command(tick, joint_position)

@@ -79,8 +79,21 @@ def test_bad_checkpoint_fails_configure_with_a_reason_and_the_node_lives(ros_con
             assert "configure" in operator.diagnostic("waiting_for")
             # Unconfigured: the checkpoint may change; then configure and activate work.
             assert operator.set_parameter("checkpoint", str(tiny_checkpoint)) == (True, "")
+            ok, reason = operator.set_parameter("regrasps", -1)
+            assert not ok and "regrasps must be in 0 .. 100" in reason
+            assert operator.set_parameter("regrasps", 1) == (True, "")
+            assert operator.set_parameter("aim_correction", False) == (True, "")
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert operator.state() == "inactive" and policy.runtime is not None
+            assert policy.selector.aim is None  # aim_correction false: the chunks as they are
+            assert wait_for(lambda: operator.diagnostics and operator.diagnostic("aim_correction") == "off",
+                            timeout=10)
+            ok, reason = operator.set_parameter("aim_correction", True)
+            assert not ok and "read at configure" in reason
+            assert operator.transition(Transition.TRANSITION_CLEANUP) is True
+            assert operator.set_parameter("aim_correction", True) == (True, "")
+            assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
+            assert policy.selector.aim is not None and policy.selector.aim.settings.regrasps == 1
             ok, reason = operator.set_parameter("checkpoint", str(missing))
             assert not ok and "read at configure" in reason
             assert operator.transition(Transition.TRANSITION_ACTIVATE) is True

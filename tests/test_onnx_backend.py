@@ -95,6 +95,27 @@ def test_runtime_onnx_backend_gives_the_torch_runtime_chunk():
     np.testing.assert_allclose(with_attention.actions, expected.actions, atol=1e-5)
 
 
+def test_the_graph_carries_the_target_head_when_the_model_has_one():
+    """The aim correction runs on the target head's estimate, so the ONNX backend returns it
+    too (the same as torch to 1e-5 m); a model without the head exports actions only."""
+    model = tiny_model(target_weight=1.0)
+    torch_rt = PolicyRuntime(model, normalizer(), threads=1)
+    onnx_rt = PolicyRuntime(model, normalizer(), threads=1, backend="onnx")
+    assert onnx_rt.backend == "onnx" and onnx_rt._onnx.has_target
+    rng = np.random.default_rng(1)
+    images = {c: rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for c in model.config.cameras}
+    position = rng.normal(size=9)
+    expected = torch_rt.predict_chunk(images, position, INSTRUCTION)
+    got = onnx_rt.predict_chunk(images, position, INSTRUCTION)
+    assert expected.target is not None and got.target is not None and got.target.shape == (3,)
+    np.testing.assert_allclose(got.target, expected.target, atol=1e-5)
+    np.testing.assert_allclose(got.actions, expected.actions, atol=1e-5)
+    plain = OnnxPolicy.export(tiny_model(), threads=1)
+    assert not plain.has_target
+    actions, target = plain.predict(**export_inputs(tiny_model()))
+    assert target is None and actions.shape == (1, 6, 8)
+
+
 def test_a_graph_that_disagrees_falls_back_to_torch(monkeypatch, caplog):
     model = tiny_model()
     other = tiny_model(seed=1)  # an export gone wrong: the graph of different weights

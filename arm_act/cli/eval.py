@@ -83,6 +83,12 @@ def add_policy_arguments(parser) -> None:
                             "run by onnxruntime (checked against torch; falls back to torch)")
     group.add_argument("--max-joint-speed", type=float, default=3.0,
                        help="rad/s clamp on commanded joint motion (as policy_node)")
+    group.add_argument("--no-aim", action="store_true",
+                       help="run the chunks' arm commands as they are, without the aim correction that steers "
+                            "the grasp onto the target head's estimate (policy_node's aim_correction false)")
+    group.add_argument("--regrasps", type=int, default=3,
+                       help="with the aim correction: reopen at most this many grasps an episode that closed on "
+                            "nothing, for the policy to grasp again (0: never; policy_node's regrasps)")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")
 
@@ -98,7 +104,7 @@ def run(args) -> int:
         settings = PolicySettings(
             execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
             ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
-            device=args.device)
+            device=args.device, aim=not args.no_aim, regrasps=args.regrasps)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,

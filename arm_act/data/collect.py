@@ -87,6 +87,10 @@ class CollectConfig:
     """(lo, hi) sim seconds, MISS: hand over when the policy's grasp closes on nothing, or
     GRASP: as the policy starts to close the gripper."""
     latency_ticks: int | None = None
+    aim: bool = False
+    """Whether the driving policy runs with the aim correction (arm_act.policy.aim), as policy_node
+    does by default. Off by default: takeover rounds label the chunks' own errors, and the
+    shipped recipe's rounds were collected without it."""
     world: str | None = None
     """A world perturbation (arm_act.sim.perturb: lighting, camera, size, distractors, crowded,
     push) applied to every episode, drawn per episode from its seed: domain randomisation for
@@ -104,7 +108,8 @@ class CollectConfig:
             raise ValueError(f"compression={self.compression!r} must be one of {list(COMPRESSIONS)}")
         if self.policy is None:
             given = [f"{name}={value}" for name, value in (("handover", self.handover),
-                                                           ("latency_ticks", self.latency_ticks))
+                                                           ("latency_ticks", self.latency_ticks),
+                                                           ("aim", self.aim or None))
                      if value is not None]
             if given:
                 raise ValueError(f"{' and '.join(given)}: takeover episodes only; give a policy checkpoint")
@@ -294,7 +299,8 @@ class CollectionWorker:
             return expert, metadata
         from arm_act.eval.in_process import PolicyAgent
 
-        policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz)
+        policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz,
+                             aim=config.aim)
         if config.handover in (MISS, GRASP):
             metadata.update(policy=str(config.policy), handover=config.handover)
             agent = MissTakeoverAgent if config.handover == MISS else GraspTakeoverAgent

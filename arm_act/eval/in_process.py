@@ -31,14 +31,19 @@ class PolicyAgent:
     the one policy_node uses, so ROS and in-process runs execute the same commands."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
-                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None):
+                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None, aim: bool = True,
+                 regrasps: int = 3):
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
-        the named block on the video (optional)."""
+        the named block on the video (optional). aim: steer the grasp onto the target head's
+        estimate (arm_act.policy.aim), as policy_node does by default, and reopen at most
+        `regrasps` grasps an episode that closed on nothing."""
+        from arm_act.common.aim import panda_aim
         from arm_act.policy.runtime import CommandLimiter
         from arm_act.policy.selection import ActionSelector
 
         self.runtime = runtime
-        self.selector = ActionSelector(runtime, latency_ticks, CommandLimiter(max_joint_speed, control_rate))
+        self.selector = ActionSelector(runtime, latency_ticks, CommandLimiter(max_joint_speed, control_rate),
+                                       aim=panda_aim(control_rate, regrasps) if aim else None)
         self.video = video
         self.chunks = 0
         self.project = project
@@ -188,6 +193,8 @@ class PolicySettings:
     backend: str = "torch"
     max_joint_speed: float = 3.0
     device: str = "cpu"  # where torch runs the policy: cpu, auto, cuda, cuda:N (policy/device.py)
+    aim: bool = True  # the aim correction (arm_act.policy.aim); False: the chunks' arm commands as they are
+    regrasps: int = 3  # with aim: grasps closed on nothing that are reopened, at most, per episode
 
     def __post_init__(self):
         from arm_act.policy.runtime import BACKENDS
@@ -204,6 +211,8 @@ class PolicySettings:
             raise ValueError(f"backend={self.backend!r} must be one of {list(BACKENDS)}")
         if not (math.isfinite(self.max_joint_speed) and self.max_joint_speed > 0):
             raise ValueError(f"max_joint_speed={self.max_joint_speed} must be > 0")
+        if not (isinstance(self.regrasps, int) and 0 <= self.regrasps <= 100):
+            raise ValueError(f"regrasps={self.regrasps!r} must be a whole number in 0 .. 100")
         from arm_act.policy.device import resolve_device
 
         resolve_device(self.device)  # DeviceError (a ValueError, one line) when it is not here
@@ -228,6 +237,8 @@ class PolicyRunner:
             "latency_ticks": self.latency_ticks,
             "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
             "ideal": bool(settings.ideal),
+            "aim": bool(settings.aim),
+            "regrasps": int(settings.regrasps) if settings.aim else 0,
         }
 
     @classmethod
@@ -262,7 +273,8 @@ class PolicyRunner:
             video = VideoWriter(self.video_dir / f"episode_{spec.seed}.mp4", fps=self.sim_config.camera_rate_hz)
         agent = PolicyAgent(self.runtime, self.latency_ticks, video=video,
                             control_rate=self.sim_config.control_rate_hz,
-                            max_joint_speed=self.settings.max_joint_speed,
+                            max_joint_speed=self.settings.max_joint_speed, aim=self.settings.aim,
+                            regrasps=self.settings.regrasps,
                             project=lambda camera, points: env.camera(camera).project(points))
         recorder = None
         if self.bags_dir is not None:
@@ -282,6 +294,9 @@ class PolicyRunner:
         record.update(agent.partial_progress(result.instruction))
         record.update(tracker.record())
         record["camera_pairs"] = agent.chunks  # camera frames the policy saw (one chunk each)
+        if agent.selector.aim is not None:  # how far the aim correction moved the grasp point (cm)
+            record["aim_shift_cm_max"] = round(agent.selector.aim.largest_shift * 100, 2)
+            record["grasps_reopened"] = agent.selector.aim.misses
         if agent.grounding() is not None:
             record["target_error"] = agent.grounding()
         return record

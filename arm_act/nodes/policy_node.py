@@ -22,7 +22,10 @@ autostart:=false.
 
 Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
 max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads,
-device and latency_ticks are read at configure (set them while unconfigured). device: cpu
+device, latency_ticks, aim_correction, regrasps and publish_attention are read at configure
+(set them while unconfigured). aim_correction (default true) steers the grasp onto the target
+head's estimate of the named block, and reopens up to `regrasps` (default 3) grasps an
+episode that closed on nothing (arm_act/policy/aim.py). device: cpu
 (default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
 there fails the configure transition with the reason.
 
@@ -50,6 +53,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from arm_act.common import realtime
+from arm_act.common.aim import panda_aim
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
@@ -69,7 +73,8 @@ EXECUTIONS = ("ensemble", "queue")
 # Parameters applied to the running policy by the on-set-parameters callback.
 LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
 # Parameters read at configure: they may change only while unconfigured.
-CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "publish_attention")
+CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "aim_correction",
+                        "regrasps", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
                     "inference_thread_priority")
@@ -108,6 +113,10 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("stale_timeout", 0.5)
         declare("max_joint_speed", 3.0)
         declare("latency_ticks", 1)
+        # Steer the grasp onto the target head's estimate of the named block (arm_act.policy.aim).
+        declare("aim_correction", True)
+        # With it: a grasp that closes on nothing is reopened, at most this often an episode.
+        declare("regrasps", 3)
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
@@ -227,8 +236,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
             # Lockstep: a chunk from the camera pair of tick c is used from tick c+latency_ticks,
             # the rule in-process evaluation uses (the same ActionSelector), so both give the
             # same episodes. Realtime: a chunk is used as soon as its inference finishes.
+            aim = panda_aim(self.control_rate, int(p("regrasps"))) if bool(p("aim_correction")) else None
             selector = ActionSelector(runtime, int(p("latency_ticks")),
-                                      CommandLimiter(float(p("max_joint_speed")), self.control_rate))
+                                      CommandLimiter(float(p("max_joint_speed")), self.control_rate), aim=aim)
         except Exception as exc:  # noqa: BLE001 - any reason a checkpoint cannot be used fails the transition
             self.last_error = f"configure failed: {type(exc).__name__}: {exc}"
             self.get_logger().error(f"{self.last_error}; staying unconfigured")
@@ -318,6 +328,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
                     f"(it is {self.lifecycle_state})"))
             if name == "torch_threads" and not (isinstance(value, int) and value >= 1):
                 return SetParametersResult(successful=False, reason=f"torch_threads must be >= 1, not {value!r}")
+            if name == "regrasps" and not (isinstance(value, int) and 0 <= value <= 100):
+                return SetParametersResult(successful=False, reason=f"regrasps must be in 0 .. 100, not {value!r}")
             if name == "latency_ticks" and not (isinstance(value, int) and 0 <= value <= 50):
                 return SetParametersResult(successful=False, reason=f"latency_ticks must be in 0 .. 50, not {value!r}")
             if name == "backend" and value not in BACKENDS:
@@ -504,7 +516,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 self.target_guess = pred.target
                 # Realtime: usable from now on (inference has taken its real time); lockstep:
                 # from tick + latency_ticks.
-                selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None)
+                selector.add_chunk(tick, pred.actions, usable_tick=tick if self.mode == "realtime" else None,
+                                   target=pred.target)
                 if self.mode == "realtime" and self._last_tick_index is not None:
                     # The first tick to use it: the one now due (waiting for its joint state), else the next.
                     index = self._last_tick_index + (0 if self._due_ns is not None else 1)
@@ -565,7 +578,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 self.state = "stale"
                 self.stats["stale_ticks"] += 1
                 return selector.held if selector.started else None
-        command = selector.command(tick)
+        command = selector.command(tick, self.joint_positions)  # the measured fingers: the grasp check
         if selector.holding:
             self.state = "waiting"
             # Realtime publishes nothing before the first chunk; lockstep answers every tick.
@@ -637,6 +650,12 @@ class PolicyNode(ControllerNode, LifecycleNode):
             }
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
+            aim = None if self.selector is None else self.selector.aim
+            values["aim_correction"] = "off" if aim is None else "on"
+            if aim is not None:  # the grasp point's shift now, and the largest this episode (cm)
+                values["aim_shift_cm"] = f"{float(np.linalg.norm(aim.shift)) * 100:.2f}"
+                values["aim_shift_cm_max"] = f"{aim.largest_shift * 100:.2f}"
+                values["grasps_reopened"] = str(aim.misses)
         level = DiagnosticStatus.OK if values["state"] in ("ok", "waiting") else DiagnosticStatus.WARN
         if self.waiting:
             level = DiagnosticStatus.WARN
