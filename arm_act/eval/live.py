@@ -79,9 +79,9 @@ class _Probe:
         self.on_finished = on_finished
         self.real_time_factor = real_time_factor
         sub = self.node.create_subscription
-        sub(Clock, "/clock", self.clock_callback, 10)
+        self.clock_sub = sub(Clock, "/clock", self.clock_callback, 10)
         sub(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.command_callback, 10)
-        sub(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
+        self.episode_sub = sub(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
         sub(JointTrajectory, "policy/action_chunk", self.chunk_callback, 10, raw=True)  # stamps only
         sub(DiagnosticArray, "policy/diagnostics", self.diagnostics_callback, 10)
 
@@ -236,6 +236,15 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
             dds.spin(probe.node, name="live_eval_probe")
             common = {"use_sim_time": True, "mode": "realtime", "control_rate": config.control_rate}
             settings = config.settings
+            # sim_node first: it starts no episode before a controller publishes commands, so
+            # the probe matches its episode and clock publishers before episode 0 can begin.
+            # Started together, a slow discovery (a loaded machine) let the probe miss a short
+            # first episode's start, and the run waited for an episode it would never see.
+            children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
+                **common, "real_time_factor": config.real_time_factor, "seed": config.seed,
+                "blocks": config.blocks, "episodes": config.episodes, "camera_rate": config.camera_rate,
+                "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
+            _wait_for_match(probe, children, STARTUP_TIMEOUT_S)
             if config.checkpoint is None:
                 children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
             else:
@@ -243,11 +252,9 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
                     **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
                     "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads,
                     "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
-                    "device": settings.device, "publish_attention": False}, config_file("policy.yaml")), env)
-            children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
-                **common, "real_time_factor": config.real_time_factor, "seed": config.seed,
-                "blocks": config.blocks, "episodes": config.episodes, "camera_rate": config.camera_rate,
-                "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
+                    "device": settings.device, "aim_correction": settings.aim, "regrasps": settings.regrasps,
+                    "publish_attention": False},
+                    config_file("policy.yaml")), env)
             # Before the first episode: the start-up; then no episode may take longer than its
             # time limit, the hold after it and a margin.
             seen, last_change = (0, None), time.monotonic()
@@ -274,6 +281,19 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
             "cpus": os.cpu_count(), "real_time_factor": config.real_time_factor,
             "totals": realtime_totals(records)}
     return records, info
+
+
+def _wait_for_match(probe: _Probe, children, timeout: float) -> None:
+    """Until the probe's episode and /clock readers have matched sim_node's writers."""
+    deadline = time.monotonic() + timeout
+    while not (probe.episode_sub.get_publisher_count() and probe.clock_sub.get_publisher_count()):
+        problem = children.failed()
+        if problem:
+            raise RuntimeError(problem)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sim_node's episode and /clock publishers not seen for {timeout:.0f} s: "
+                               f"sim_node: {children.tail('sim_node')}")
+        time.sleep(0.05)
 
 
 def realtime_totals(records: list[dict]) -> dict[str, Any]:
