@@ -1,7 +1,7 @@
 """Aim correction: the arm's grasp is steered onto the block that the policy's own target
 head sees.
 
-The failures of the chunk decoder are aim. Its arm trajectory can come down 2.5-3.5 cm
+The failures of the chunk decoder are aim. Its arm trajectory can come down 2-3.5 cm
 short of the named block while the target head of the same network places that block to
 within 0.3-1.3 cm (docs/training.md, "Aim correction"). The corrector closes that gap at
 execution time, between the chunk executor and the command limiter:
@@ -26,6 +26,10 @@ How it works, per tick:
   block is lifted, or the grasp missed and the arm rose), the shift goes back to 0.
 - **Opened again** (a re-grasp, or the release over the box). The old estimate is dropped,
   and the next chunks' estimates aim the next grasp.
+- **The grasp check** (`missed`, called by ActionSelector with the measured fingers): a
+  closed command whose fingers have closed past `miss_opening` holds nothing. The selector
+  then reopens the gripper and drops the chunks that carry that grasp on, at most
+  `regrasps` times an episode, and the next grasp is aimed as above.
 
 The shift moves toward the wanted one at no more than `max_speed` (m/s), and back to 0
 after a grasp at `release_speed`, so a change of state never jumps the arm or the block in
@@ -35,7 +39,7 @@ moves the grasp point horizontally and leaves the hand's height alone. The comma
 after it still bounds joint limits and speed.
 
 Nothing here reads the simulator: the estimate is the network's output, the kinematics the
-robot's URDF. A policy without a target head gets no correction (`observe(None)`).
+robot's URDF, the grasp check the finger joints. A policy without a target head gets no correction (`observe(None)`).
 """
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 policy_node (lockstep and realtime), in-process evaluation (arm_act.eval.in_process.PolicyAgent)
 and takeover collection (TakeoverAgent, `arm-act collect --policy`) all turn chunks into
-commands here, so the latency rule, the chunk executor, the command limiter and the hold
-exist once:
+commands here, so the latency rule, the chunk executor, the aim correction and its grasp
+check (arm_act.policy.aim, optional), the command limiter and the hold exist once:
 
-    selector = ActionSelector(runtime, latency_ticks=1, limiter=CommandLimiter(3.0, 50.0))
+    selector = ActionSelector(runtime, latency_ticks=1, limiter=CommandLimiter(3.0, 50.0),
+                              aim=panda_aim(50.0))   # arm_act.common.aim; None: no correction
     selector.reset(joint_position)                       # (S,) = (9,) at the episode's first tick
     arm, gripper = selector.select_action(tick, joint_position, instruction, images)  # every tick
 
