@@ -3,6 +3,7 @@
     python benchmarks/policy_diagnostics.py labels DIR... [--cache DIR]
     python benchmarks/policy_diagnostics.py probe CKPT TAKEOVER_DIR [--cache DIR] [--after 6]
     python benchmarks/policy_diagnostics.py grasps CKPT --seeds 100018 100026 ... [--blocks 2-5]
+    python benchmarks/policy_diagnostics.py trace CKPT --seed 100035 [--aim] [--before 30]
 
 labels: in every successful demonstration, the frames where the named block is held low
 over the box (fingers on a block, block centre 4-9 cm high, within 5 cm of the box centre),
@@ -18,6 +19,11 @@ grasps: closed-loop episodes of the given evaluation seeds (in process, latency 
 `arm-act eval`), and where the grasp point was relative to the named block when the
 gripper command first closed (cm; x points away from the robot), and whether the named
 block was ever lifted.
+
+trace: one closed-loop episode, tick by tick around the first close of the gripper command:
+the grasp point minus the named block (cm), the gripper command and fingers (mm), and the
+target head's newest estimate minus the block (cm). Without --aim the chunks' own commands
+(as `arm-act eval --no-aim`); docs/training.md, "Aim correction", quotes seed 100035.
 """
 from __future__ import annotations
 
@@ -121,6 +127,41 @@ def grasps(args) -> None:
         env.close()
 
 
+def trace(args) -> None:
+    from arm_act.common.episodes import episode_spec, parse_blocks
+    from arm_act.eval.in_process import PolicyAgent, named_block_position
+    from arm_act.policy.runtime import PolicyRuntime
+    from arm_act.sim import ArmEnv
+    from arm_act.sim.rollout import run_episode
+
+    runtime = PolicyRuntime.from_checkpoint(args.checkpoint, threads=1)
+    spec = episode_spec(args.seed - args.first_seed, args.first_seed, parse_blocks(args.blocks))
+    agent = PolicyAgent(runtime, 1, aim=args.aim)
+    rows: list[str] = []
+    closed_at = None
+    with ArmEnv(SimConfig()) as env:
+        def on_tick(obs, cmd):
+            nonlocal closed_at
+            block = named_block_position(obs.objects, obs.instruction)
+            if block is None:
+                return
+            pred = agent.selector.last_prediction
+            guess = "-" if pred is None or pred.target is None else np.round((pred.target - block) * 100, 1).tolist()
+            offset = np.round((env.grasp_point() - block) * 100, 1).tolist()
+            rows.append(f"t={obs.time:5.2f} s  grasp point - block {offset}"
+                        f" cm  command {cmd.gripper * 1000:4.1f} mm  fingers {obs.joint_state.position[7] * 1000:4.1f}"
+                        f" mm  estimate - block {guess} cm")
+            if closed_at is None and cmd.gripper < OPEN:
+                closed_at = len(rows) - 1
+
+        result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True, on_tick=on_tick)
+    print(f"seed {spec.seed} ({spec.n_blocks} blocks), aim {'on' if args.aim else 'off'}: {result.status}")
+    if closed_at is None:
+        print("the gripper command never closed")
+        return
+    print("\n".join(rows[max(0, closed_at - args.before): closed_at + 10]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,8 +179,15 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--blocks", default="2-5", help="as in arm-act eval (the block count is drawn from the seed)")
     p.add_argument("--first-seed", type=int, default=100000, help="the evaluation's --seed")
+    p = sub.add_parser("trace")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("--seed", type=int, required=True, help="an evaluation seed (the block count is drawn from it)")
+    p.add_argument("--blocks", default="2-5")
+    p.add_argument("--first-seed", type=int, default=100000, help="the evaluation's --seed")
+    p.add_argument("--aim", action="store_true", help="with the aim correction (as policy_node by default)")
+    p.add_argument("--before", type=int, default=30, help="ticks shown before the first close")
     args = parser.parse_args()
-    {"labels": labels, "probe": probe, "grasps": grasps}[args.command](args)
+    {"labels": labels, "probe": probe, "grasps": grasps, "trace": trace}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,11 @@ import numpy as np
 
 from arm_act.policy.kinematics import ChainKinematics
 
+MISS_OPENING = 0.008
+"""m per finger: closed this far on a closed command, the fingers hold nothing (a 3.2-4.8 cm
+block keeps them 1.6-2.4 cm apart each). The grasp check here and `arm-act collect
+--handover miss` (arm_act.data.collect) use the same rule."""
+
 
 @dataclass(frozen=True)
 class AimSettings:
@@ -63,7 +68,7 @@ class AimSettings:
     max_speed: float = 0.25
     release_speed: float = 0.05
     damping: float = 1e-3
-    miss_opening: float = 0.008
+    miss_opening: float = MISS_OPENING
     closed_below: float = 0.01
     regrasps: int = 3
 
@@ -147,8 +152,10 @@ class AimCorrector:
             self.closed, self.target = False, None
         elif not open_now:
             self.closed = True
-        if (self.target is None and not np.any(self.shift)) or not np.all(np.isfinite(arm)):
-            return arm  # nothing to do, or nothing to correct (the limiter deals with it)
+        if ((self.target is None or self.closed) and not np.any(self.shift)) or not np.all(np.isfinite(arm)):
+            # Nothing to do (closed with no shift left stays so until the gripper opens: no
+            # kinematics through the carry), or nothing to correct (the limiter deals with it).
+            return arm
         point, J = self.kinematics.jacobian(arm)
         wanted, step = np.zeros(3), self.step
         if self.closed:

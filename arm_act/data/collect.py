@@ -50,6 +50,7 @@ from arm_act.bags import BagError, bag_info
 from arm_act.bags.episode import EpisodeBagRecorder, bag_name
 from arm_act.common.episodes import EpisodeSpec, episode_spec
 from arm_act.common.worker_pool import run_in_processes
+from arm_act.policy.aim import MISS_OPENING  # m per finger: closed this far, the fingers hold nothing
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ COMPRESSIONS = (None, "zstd")
 DEFAULT_HANDOVER = (1.0, 10.0)  # s
 MISS = "miss"  # CollectConfig.handover: the expert takes over when the policy's grasp closes on nothing
 GRASP = "grasp"  # CollectConfig.handover: the expert takes over as the policy starts to close the gripper
-MISS_OPENING = 0.008  # m per finger: closed this far, the fingers hold nothing (a 3.2-4.8 cm block keeps 1.6-2.4 cm)
 DEFAULT_TAKEOVER_LATENCY = 1  # control ticks
 HANDOVER_SEED_OFFSET = 2_000_003  # apart from the scene (seed) and the perturbations (seed + 1_000_003)
 
