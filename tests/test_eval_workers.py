@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,11 @@ SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
 class Squares:
     """A worker for the pool tests (spawned processes import it from this module)."""
 
-    def __init__(self, fail_on: int | None = None, die_on: int | None = None, refuse: bool = False):
+    def __init__(self, fail_on: int | None = None, die_on: int | None = None, refuse: bool = False,
+                 kill_on: int | None = None, big: bool = False):
         if refuse:
             raise OSError("no sim for this worker")
-        self.fail_on, self.die_on, self.pid = fail_on, die_on, os.getpid()
+        self.fail_on, self.die_on, self.kill_on, self.big, self.pid = fail_on, die_on, kill_on, big, os.getpid()
 
     def __enter__(self):
         return self
@@ -33,11 +36,15 @@ class Squares:
     def __exit__(self, *exc):
         return None
 
-    def square(self, item: int) -> tuple[int, int]:
+    def square(self, item: int) -> tuple[int, int] | tuple[int, int, bytes]:
         if item == self.fail_on:
             raise ValueError(f"item {item} is bad")
         if item == self.die_on:
             os._exit(3)
+        if item == self.kill_on:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.big:
+            return item * item, self.pid, bytes(4 << 20)
         return item * item, self.pid
 
 
@@ -56,11 +63,33 @@ def test_the_pool_runs_every_item_once_in_several_processes():
 @pytest.mark.parametrize("args, message", [
     ((5, None, False), r"^5: ValueError: item 5 is bad$"),
     ((None, None, True), r"^worker start: OSError: no sim for this worker$"),
-    ((None, 4, False), r"^every worker process exited before the run was complete$"),
+    ((None, 4, False), r"^a worker process exited with code 3 before the run was complete$"),
+    ((None, None, False, 4), r"^a worker process was killed by SIGKILL before the run was complete$"),
 ])
 def test_a_failure_in_a_worker_stops_the_run_with_one_line(args, message):
     with pytest.raises(WorkerError, match=message):
         run_in_processes(Squares, args, "square", list(range(8)), 2, lambda i, r: None)
+
+
+@pytest.mark.unit
+def test_a_worker_that_dies_just_after_a_large_result_stops_the_run():
+    """Results of 4 MB, and a worker that dies on the item after one: with a results queue
+    shared by the workers, its feeder thread died in the middle of writing, holding the
+    queue's write lock, and the run waited forever (this hung CI once). Now every result
+    arrives whole and the death stops the run, every time."""
+    got: list = []
+    for _ in range(5):
+        start = time.monotonic()
+        got.clear()
+        with pytest.raises(WorkerError, match="^a worker process exited with code 3 before the run was complete$"):
+            run_in_processes(Squares, (None, 3, False, None, True), "square", list(range(12)), 2,
+                             lambda i, r: got.append((i, r)))
+        assert time.monotonic() - start < 30.0
+        assert all(r[0] == i * i and len(r[2]) == 4 << 20 for i, r in got)
+    got.clear()
+    run_in_processes(Squares, (None, None, False, None, True), "square", list(range(6)), 2,
+                     lambda i, r: got.append(i))
+    assert sorted(got) == list(range(6))
 
 
 def _messages(bag: Path) -> list[tuple[str, int, bytes]]:
