@@ -73,10 +73,11 @@ def test_a_failure_in_a_worker_stops_the_run_with_one_line(args, message):
 
 @pytest.mark.unit
 def test_a_worker_that_dies_just_after_a_large_result_stops_the_run():
-    """Results of 4 MB, and a worker that dies on the item after one: with a results queue
-    shared by the workers, its feeder thread died in the middle of writing, holding the
-    queue's write lock, and the run waited forever (this hung CI once). Now every result
-    arrives whole and the death stops the run, every time."""
+    """Results of 4 MB, and a worker that dies on the item after one. The pool used to share
+    one results queue between the workers; a worker that died while its feeder thread wrote
+    left the queue's write lock taken and the run waited forever (CI hung once; the 8-item
+    case above hung once in 55 runs beside two busy loops). With a pipe per worker every
+    result arrives whole and the death stops the run, every time."""
     got: list = []
     for _ in range(5):
         start = time.monotonic()
