@@ -34,15 +34,17 @@ from arm_act.policy.train import TrainConfig, train
 # with torch's own dropout (policy/dropout.py IMPL = "torch"): everything else is still bit
 # for bit the same. On the AMD EPYC (AVX512) they were computed by running this file at
 # 28232ac, where it was added, and again at 12b1447: both gave the hashes below, as does
-# today's code.
+# today's code. The same on an AMD EPYC without AVX512 (torch: AVX2), the next machine.
 GOLDEN = {
     "GOLDEN_IN_MEMORY": {
         "first CPU (recorded at 28232ac)": "01b33cc8a470bdd041a0e16430199d4b4a8a1ab7021ea2123f1345d61b69363a",
         "AuthenticAMD AVX512": "79638b832eeada69862b69b15b07e0aba4ede0ecfc7fdb7c7a0d3469c2af0404",
+        "AuthenticAMD AVX2": "d8b1ee16c1b26c41762d8b740ae8ed12cb948b7653567344d535d48700caa602",
     },
     "GOLDEN_CLI": {
         "first CPU (recorded at 28232ac)": "f00e12c3a4a59b84fcf27200c33607862fe079576dee2a75e24cde86dee4ee97",
         "AuthenticAMD AVX512": "ddbbf74c6cebaa157dc7712d45ef1543749658724f8444a45ec8a538d1da49de",
+        "AuthenticAMD AVX2": "4aae49aa9a9f23ab7764fd5495c45a05b28a41759f30c1f2b7e68eef9b34ec88",
     },
     # The default since issue 15: dropout masks from a quarter of the random draws
     # (policy/dropout.py; other masks, the same loss curve within noise:
@@ -51,10 +53,12 @@ GOLDEN = {
     "GOLDEN_IN_MEMORY_FAST": {
         "first CPU (recorded at 12b1447)": "edf6fb717271996c71219afc77d17cb5262aaa176ff66b8b3eacb539e63cae08",
         "AuthenticAMD AVX512": "b9ca900db24896994ec557af4ad2b41f33251dd837e05722e384bceec97f25c8",
+        "AuthenticAMD AVX2": "c97d4339f2e41241408a608e0e0927d27eb1004b4df030da8a9f4107a41016b5",
     },
     "GOLDEN_CLI_FAST": {
         "first CPU (recorded at 12b1447)": "85ce8d26463b5ebc30f79d8a617cd10d7f9f32744fa1bd6688daa77680f0ff12",
         "AuthenticAMD AVX512": "59314d27ef0d02c592f69f532fa3288ef25464fb3fe434d6b367cf32affa539e",
+        "AuthenticAMD AVX2": "60b5d7aeea1cca2401a3a5d7366733f9a404ec6b631d55a5d609bac8ceb51b65",
     },
 }
 
