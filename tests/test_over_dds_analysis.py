@@ -22,12 +22,13 @@ class Probe:
         self.episode_end_sent_ns = []
 
 
-def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100):
+def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=()):
     """A 20 ms control loop over a 10 ms /clock, as the probe records it. Each tick's command
     is sent 3 ms after its /clock (source times: wall ns of the publisher). Normally the probe
     takes /clock then the command; for late_clock_ticks it takes the command first (another
     DDS reader), so the receipt-order label is the previous 10 ms step. skipped_ticks: no
-    command at all. sim_node's diagnostics count the periods without a command."""
+    command at all. delayed_ticks: sent on time, received 15 ms late (delivery, or the probe's
+    own executor). sim_node's diagnostics count the periods without a command."""
     probe = Probe()
     without = 0
     for step in range(2 * ticks + 2):
@@ -37,7 +38,7 @@ def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100):
         clock = (wall + 0.0005, int(wall * 1e9), sim_ns)  # (received, sent, sim)
         command = None
         if on_tick == 0 and tick not in skipped_ticks:
-            command = (wall + 0.004, int((wall + 0.003) * 1e9))
+            command = (wall + 0.004 + 0.015 * (tick in delayed_ticks), int((wall + 0.003) * 1e9))
         events = [("clock", clock[0], clock)] + ([("command", command[0], command)] if command else [])
         if tick in late_clock_ticks and command and on_tick == 0:
             events = [("command", clock[0] - 0.0001, command), ("clock", command[0], clock)]
@@ -77,6 +78,8 @@ def test_a_command_taken_before_its_clock_is_the_old_artifact_and_no_miss():
 def test_a_skipped_command_is_counted_by_every_figure():
     result = _run(skipped_ticks=(40,))
     assert result["missed_ticks_sim"] == result["missed_ticks_sim_sent"] == result["missed_ticks_wall"] == 1
+    assert result["missed_ticks_wall_sent"] == 1
+    assert [(p["received_ms"], p["sent_ms"]) for p in result["late_periods"]] == [(40.0, 40.0)]
     assert result["commands_received_before_their_clock"] == 0
     assert result["missed_ticks_at_sim"] == 1
     lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
@@ -162,3 +165,22 @@ def test_a_pair_whose_episode_ended_before_its_chunk_has_no_latency():
     assert result["obs_to_command_pairs_after_episode_end"] == 1
     assert result["obs_to_command_pairs"] == 2
     assert result["obs_to_command_ms_p99"] == pytest.approx(22.8, abs=0.5)  # 20 ms tick - 1.2 + 4 ms
+
+
+@pytest.mark.unit
+def test_a_command_sent_on_time_and_received_late_is_late_at_receipt_only():
+    result = _run(delayed_ticks=(50,))
+    # Received 15 ms late: periods of 35 then 5 ms at the probe, one missed tick there ...
+    assert result["missed_ticks_wall"] == 1
+    # ... but it left policy_node on time, and sim_node's clock label is unchanged.
+    assert result["missed_ticks_wall_sent"] == 0
+    assert result["control_period_wall_sent_p99_ms"] == pytest.approx(20.0, abs=0.01)
+    assert result["missed_ticks_sim_sent"] == 0 and result["missed_ticks_at_sim"] == 0
+    [late] = result["late_periods"]
+    assert late["received_ms"] == pytest.approx(35.0, abs=0.01) and late["sent_ms"] == pytest.approx(20.0, abs=0.01)
+    lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+                                 "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                 "probe_gc_pauses": 3, "probe_gc_max_ms": 0.1,
+                                 "machine": {"load_average_1m_start": 1.0}}))
+    assert "period wall as sent (policy_node's write times) p99 20.00 ms, missed 0" in lines
+    assert "late period at" in lines and "received 35.0 ms, sent 20.0 ms" in lines

@@ -44,6 +44,13 @@ hardware interface would see a missed command, and of the commands beyond one in
 is the ground truth the others estimate: a command late past the next tick shows here as one
 period without and one extra.
 
+Wall time sent (control_period_wall_sent_p99_ms, missed_ticks_wall_sent): the same periods
+between the commands' DDS source timestamps, the wall times policy_node wrote them. A period late
+at receipt but not here left policy_node on time and was late in delivery or in the probe's own
+executor. late_periods lists each period over 1.5 x nominal on either clock (at_s: seconds into
+the window; received_ms, sent_ms, sim_ms), the first 50; probe_gc_pauses and probe_gc_max_ms
+are this process's garbage collections inside the window, its one stall the probe can see.
+
 Observation to command: for the camera pair stamped s, from the wall time the probe has
 received both images of s to the first arm command the probe receives after the chunk
 stamped s arrived. It includes transport both ways, waiting for the inference worker,
@@ -99,7 +106,9 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "ros_cpu_threads_s_per_sim_s", "camera_pairs", "camera_pairs_inferred", "ros_thread_priority",
             "ros_sched_fifo_threads", "ros_realtime_tuning", "control_period_sim_sent_p50_ms",
             "control_period_sim_sent_p99_ms", "missed_ticks_sim_sent", "commands_received_before_their_clock",
-            "missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds")
+            "missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds",
+            "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
+            "probe_gc_pauses", "probe_gc_max_ms")
 
 
 def _key(stamp_ns: int) -> int:
@@ -348,6 +357,19 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
             wall.append((w1 - w0) * 1e3)
             sim.append((s1 - s0) / 1e6)
     wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
+    # The same periods by the commands' DDS source timestamps (policy_node's write times): a late
+    # period here was late leaving policy_node; one late only at receipt was late in delivery or
+    # in the probe's own executor.
+    wall_sent, late = [], []
+    if commands_sent and len(commands_sent) == len(commands):
+        for i, ((w0, s0, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
+            if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
+                sent_ms = (commands_sent[i + 1] - commands_sent[i]) / 1e6
+                wall_sent.append(sent_ms)
+                if (w1 - w0) * 1e3 > 1.5 * nominal or sent_ms > 1.5 * nominal:
+                    late.append({"at_s": round(w1 - start, 3), "received_ms": round((w1 - w0) * 1e3, 2),
+                                 "sent_ms": round(sent_ms, 2), "sim_ms": round((s1 - s0) / 1e6, 2)})
+    wall_sent_arr = np.asarray(wall_sent)
     sent, received_first = [], 0
     if commands_sent and len(commands_sent) == len(commands):
         # The control tick each command was sent in (1 us of slack for stamps rounded from
@@ -401,6 +423,9 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "control_period_sim_p99_ms": _pct(sim_arr, 99),
         "missed_ticks_sim": _missed(sim_arr, nominal),
         "control_periods": len(wall),
+        "control_period_wall_sent_p99_ms": _pct(wall_sent_arr, 99),
+        "missed_ticks_wall_sent": _missed(wall_sent_arr, nominal) if len(wall_sent) else None,
+        "late_periods": late[:50],
         "control_period_sim_sent_p50_ms": _pct(sent_arr, 50),
         "control_period_sim_sent_p99_ms": _pct(sent_arr, 99),
         "missed_ticks_sim_sent": _missed(sent_arr, nominal) if len(sent) else None,
@@ -507,6 +532,14 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             if probe_scheduling[0].fifo:
                 realtime.set_reception_threads_priority(thread_priority)
         executor.spin()
+    gc_pauses: list[tuple[float, float]] = []  # (wall s, ms) of this process's collections
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info_: dict) -> None:
+        if phase == "start":
+            gc_started[0] = time.monotonic()
+        else:
+            gc_pauses.append((gc_started[0], (time.monotonic() - gc_started[0]) * 1e3))
     domain = domain_id if domain_id is not None else 170 + os.getpid() % 50
     with PrivateDomain(domain, spin_join_timeout_s=2.0) as dds:
         env, executor = dds.env, dds.executor
@@ -543,6 +576,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             # processes get the same treatment (arm_act/common/realtime.py).
             gc.collect()
             gc.freeze()
+            gc.callbacks.append(on_gc)
             switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(0.0005)
             pids = (children.pids() if arrangement == "single"
@@ -557,13 +591,19 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                     sched = sched_fifo_threads(pids)
                 time.sleep(0.05)
             cpu_after = cpu_snapshot(pids)
+            gc.callbacks.remove(on_gc)
             result = analyse(probe, start, end)
+            inside = [ms for t, ms in gc_pauses if start <= t <= end]
+            result["probe_gc_pauses"] = len(inside)
+            result["probe_gc_max_ms"] = round(max(inside), 3) if inside else 0.0
             result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
                 cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
             result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:
+            if on_gc in gc.callbacks:
+                gc.callbacks.remove(on_gc)
             if switch_interval is not None:
                 sys.setswitchinterval(switch_interval)
                 gc.unfreeze()

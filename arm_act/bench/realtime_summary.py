@@ -56,6 +56,17 @@ def summarize(report: dict) -> list[str]:
             f"extra commands {r.get('extra_commands_at_sim')} ({r.get('control_periods_at_sim')} periods in "
             f"{_ms(r.get('at_sim_seconds'), unit='s')} sim)",
         ]
+    if "missed_ticks_wall_sent" in r:
+        lines.insert(3, f"  period wall as sent (policy_node's write times) p99 "
+                        f"{_ms(r.get('control_period_wall_sent_p99_ms'))}, missed {r.get('missed_ticks_wall_sent')}; "
+                        f"probe's garbage collections {r.get('probe_gc_pauses')}, "
+                        f"longest {r.get('probe_gc_max_ms')} ms")
+        late = r.get("late_periods") or []
+        shown = [f"    late period at {p['at_s']} s: received {p['received_ms']} ms, sent {p['sent_ms']} ms, "
+                 f"sim {p['sim_ms']} ms" for p in late[:10]]
+        if len(late) > 10:
+            shown.append(f"    ({len(late) - 10} more late periods in the JSON, which keeps the first 50)")
+        lines[4:4] = shown
     for proc, threads in (r.get("ros_cpu_threads_s_per_sim_s") or {}).items():
         top = ", ".join(f"{k} {v:.3f}" for k, v in list(threads.items())[:4])
         lines.append(f"    {proc}: {top}")

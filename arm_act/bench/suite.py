@@ -72,11 +72,17 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], repeats: int, warmup: 
 
 
 def machine_info(threads: int) -> dict[str, Any]:
+    """The machine a result was measured on. Hosts named alike differ (an "AMD EPYC" with and
+    without AVX512 ran this project's benchmarks 2-4x apart): the CPU family/model and the
+    instruction set torch's kernels use tell them apart."""
     cpu = platform.processor() or platform.machine()
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+        cpu = fields.get("model name", cpu)
     except OSError:
         pass
     try:
@@ -88,6 +94,8 @@ def machine_info(threads: int) -> dict[str, Any]:
     return {"cpu_model": cpu, "logical_cpus": os.cpu_count(),
             "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "platform": platform.platform(), "python": platform.python_version(),
+            "cpu_family_model": f"{fields['cpu family']}/{fields['model']}" if "model" in fields else None,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__, "onnxruntime": ort_version, "threads": threads,
             "load_average_1m_start": os.getloadavg()[0]}
 

@@ -71,7 +71,8 @@ def _fmt(value, unit: str = "", digits: int = 2) -> str:
 def format_table(r: dict) -> str:
     m, p = r["machine"], r["policy"]
     rows = [
-        ("machine", f"{m['cpu_model']}, {m['usable_cpus']} usable CPUs, torch {m['torch']}, "
+        ("machine", f"{m['cpu_model']} ({m.get('cpu_capability', '?')}), {m['usable_cpus']} usable CPUs, "
+                    f"torch {m['torch']}, "
                     f"onnxruntime {m['onnxruntime']}, {m['threads']} thread(s); load "
                     f"{m['load_average_1m_start']:.2f} -> {m.get('load_average_1m_end', float('nan')):.2f}"),
         ("policy", f"{p['note']}; N={p['tokens']} tokens, K={p['chunk_size']}, D={p['width']}, "
