@@ -243,3 +243,26 @@ def test_regrasp_recipe_is_the_grasp_recipe_plus_a_miss_round():
     assert train.params["data"][-1] == "/run/data/regrasp_4" and len(train.params["data"]) == 6
     assert [s.name for s in regrasp[11:]] == [s.name for s in grasp[9:]]
     assert all(s.params["policy"] == "/run/checkpoints/regrasp_4" for s in regrasp[11:14])
+
+
+@pytest.mark.unit
+def test_a_collection_counts_only_complete_bags(tmp_path, monkeypatch):
+    """An episode whose writer died is set aside as <name>.incomplete by collect: the stage's
+    manifest counts it apart, and it never stands in for a missing episode."""
+    from synthetic_bags import write_demo_bag
+
+    from arm_act.bags import MARKER_NAME
+    from arm_act.data import collect as collect_module
+
+    recipe, out = tmp_path / "tiny.yaml", tmp_path / "run"
+    recipe.write_text(yaml.safe_dump(TINY))
+    pipeline = Pipeline(load(recipe), out)
+    data = pipeline.data_dir("plain")
+    write_demo_bag(data / "episode_11", ticks=10)
+    aside = data / "episode_12.incomplete"
+    aside.mkdir(parents=True)
+    (aside / MARKER_NAME).write_text("{}")
+    monkeypatch.setattr(collect_module, "collect", lambda *a, **k: {"episodes": 2})
+    with pytest.raises(PipelineError, match="1 complete bags of 2"):
+        pipeline._collect("plain", 2, 11, 0.0)
+    assert pipeline._collect("plain", 1, 11, 0.0) == {"episodes": 2, "bags": 1, "incomplete_bags": 1}
