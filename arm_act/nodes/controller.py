@@ -98,7 +98,7 @@ class ControllerNode(Node, ABC):
             # on sim time fired at 17-44 Hz instead of 50 Hz beside a 100 Hz /clock here
             # (measured), so a tick runs whenever the clock crosses the next multiple of the
             # control period. Without sim time: a timer. The nodes spin on a
-            # SingleThreadedExecutor (arm_act.ros.node_main), where the callback group changes
+            # single-threaded executor (arm_act.ros.node_main), where the callback group changes
             # nothing: the tick runs between the other callbacks, each of them short
             # (docs/architecture.md, "Threading").
             group = MutuallyExclusiveCallbackGroup()

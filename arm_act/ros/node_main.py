@@ -23,6 +23,14 @@ Single-threaded on purpose: every callback of our nodes is short (the heavy work
 and inference, runs on the nodes' own threads), and rclpy's MultiThreadedExecutor costs so
 much per callback that beside a 100 Hz /clock and joint_states the policy node missed 419 of
 629 control ticks in 12 s; the SingleThreadedExecutor missed none (docs/architecture.md, "Threading").
+
+rclpy's EventsExecutor (rclpy.experimental) by default: also one thread, but it waits and
+dispatches in C++ instead of rebuilding a wait set in Python on every wake-up. Beside the
+100 Hz /clock and joint_states that Python was most of the nodes' executor threads: on a
+2-core AMD EPYC (AVX2), 60 s of `arm-act bench --ros-only --camera-rate 10`, policy_node's
+executor thread went from 0.40 to 0.16 CPU s per sim second and sim_node's from 0.22 to 0.06
+(docs/architecture.md, "Threading"). ARM_ACT_EXECUTOR=single in the environment puts the
+SingleThreadedExecutor back.
 """
 from __future__ import annotations
 
@@ -90,7 +98,7 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
     if signals is None:
         signals = StopSignals().install()  # before init: a signal during start-up is not lost
     import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.executors import ExternalShutdownException
     from rclpy.signals import SignalHandlerOptions
 
     argv = list(sys.argv if args is None else args)
@@ -102,7 +110,7 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
         rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
         if not signals.event.is_set():
             node = node_class()
-            executor = SingleThreadedExecutor()
+            executor = make_executor()
             executor.add_node(node)
             while not signals.event.is_set() and not _done(node) and rclpy.ok():
                 executor.spin_once(timeout_sec=POLL_S)
@@ -125,6 +133,25 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
             if restore_signals:
                 signals.restore()
     return status
+
+
+EXECUTOR_ENV = "ARM_ACT_EXECUTOR"
+EXECUTORS = ("events", "single")
+
+
+def make_executor(context=None):
+    """The executor the node executables spin on: rclpy's EventsExecutor, or with
+    ARM_ACT_EXECUTOR=single the SingleThreadedExecutor (module docstring)."""
+    choice = os.environ.get(EXECUTOR_ENV, "events").strip().lower() or "events"
+    if choice not in EXECUTORS:
+        raise ValueError(f"{EXECUTOR_ENV}={choice!r} must be one of {', '.join(EXECUTORS)}")
+    if choice == "single":
+        from rclpy.executors import SingleThreadedExecutor
+
+        return SingleThreadedExecutor(context=context)
+    from rclpy.experimental import EventsExecutor
+
+    return EventsExecutor(context=context)
 
 
 def ignore_stop_signals() -> None:
