@@ -184,3 +184,15 @@ def test_a_command_sent_on_time_and_received_late_is_late_at_receipt_only():
                                  "machine": {"load_average_1m_start": 1.0}}))
     assert "period wall as sent (policy_node's write times) p99 20.00 ms, missed 0" in lines
     assert "late period at" in lines and "received 35.0 ms, sent 20.0 ms" in lines
+
+
+@pytest.mark.unit
+def test_the_steal_fraction_is_the_hosts_share_of_the_window():
+    before = [100, 0, 50, 1000, 5, 0, 1, 10, 0, 0]
+    after = [300, 0, 100, 1500, 5, 0, 1, 110, 0, 0]  # 800 ticks in all, 100 of them stolen
+    assert over_dds.steal_fraction(before, after) == pytest.approx(0.125)
+    assert over_dds.steal_fraction(None, after) is None
+    assert over_dds.steal_fraction(before, before) is None  # no time passed
+    assert over_dds.steal_fraction([1, 2, 3], [4, 5, 6]) is None  # a kernel without the steal column
+    now = over_dds.cpu_times()
+    assert now is None or (len(now) >= 8 and all(x >= 0 for x in now))

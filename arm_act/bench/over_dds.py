@@ -49,7 +49,8 @@ between the commands' DDS source timestamps, the wall times policy_node wrote th
 at receipt but not here left policy_node on time and was late in delivery or in the probe's own
 executor. late_periods lists each period over 1.5 x nominal on either clock (at_s: seconds into
 the window; received_ms, sent_ms, sim_ms), the first 50; probe_gc_pauses and probe_gc_max_ms
-are this process's garbage collections inside the window, its one stall the probe can see.
+are this process's garbage collections inside the window, its one stall the probe can see;
+steal_fraction the share of the machine's CPU time the hypervisor gave other guests in it.
 
 Observation to command: for the camera pair stamped s, from the wall time the probe has
 received both images of s to the first arm command the probe receives after the chunk
@@ -108,7 +109,7 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_sim_sent_p99_ms", "missed_ticks_sim_sent", "commands_received_before_their_clock",
             "missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
-            "probe_gc_pauses", "probe_gc_max_ms")
+            "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction")
 
 
 def _key(stamp_ns: int) -> int:
@@ -298,6 +299,27 @@ def cpu_per_sim_second(before: dict, after: dict, sim_seconds: float | None) -> 
         rows = {tid: (cpu - old.get(tid, 0.0)) / sim_seconds for tid, cpu in per.items()}
         threads[name] = {k: round(v, 4) for k, v in sorted(rows.items(), key=lambda kv: -kv[1]) if v >= 0.01}
     return {k: round(v, 4) for k, v in procs.items()}, threads
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (/proc/stat's first line, in clock ticks): user, nice,
+    system, idle, iowait, irq, softirq, steal, ..."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def steal_fraction(before: list[int] | None, after: list[int] | None) -> float | None:
+    """The share of the machine's CPU time the hypervisor gave to other guests between the two
+    readings (steal over all time): a virtual machine's cores are not all ours when it is
+    high, and the loop's deadlines suffer for reasons outside the project."""
+    if not before or not after or len(before) < 8 or len(after) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(delta[:8])
+    return round(delta[7] / total, 4) if total > 0 else None
 
 
 def _missed(periods_ms: np.ndarray, nominal_ms: float) -> int:
@@ -583,17 +605,18 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                     else {name: proc.pid for name, proc in children.procs})
             if arrangement != "single":
                 pids["probe"] = os.getpid()
-            cpu_before = sched = None
+            cpu_before = sched = times_before = None
             while time.monotonic() < end:
                 children.check()
                 if cpu_before is None and time.monotonic() >= start:
-                    cpu_before = cpu_snapshot(pids)
+                    cpu_before, times_before = cpu_snapshot(pids), cpu_times()
                     sched = sched_fifo_threads(pids)
                 time.sleep(0.05)
-            cpu_after = cpu_snapshot(pids)
+            cpu_after, times_after = cpu_snapshot(pids), cpu_times()
             gc.callbacks.remove(on_gc)
             result = analyse(probe, start, end)
             inside = [ms for t, ms in gc_pauses if start <= t <= end]
+            result["steal_fraction"] = steal_fraction(times_before, times_after)
             result["probe_gc_pauses"] = len(inside)
             result["probe_gc_max_ms"] = round(max(inside), 3) if inside else 0.0
             result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(

@@ -60,7 +60,8 @@ def summarize(report: dict) -> list[str]:
         lines.insert(3, f"  period wall as sent (policy_node's write times) p99 "
                         f"{_ms(r.get('control_period_wall_sent_p99_ms'))}, missed {r.get('missed_ticks_wall_sent')}; "
                         f"probe's garbage collections {r.get('probe_gc_pauses')}, "
-                        f"longest {r.get('probe_gc_max_ms')} ms")
+                        f"longest {r.get('probe_gc_max_ms')} ms; CPU stolen by the host "
+                        f"{r.get('steal_fraction')}")
         late = r.get("late_periods") or []
         shown = [f"    late period at {p['at_s']} s: received {p['received_ms']} ms, sent {p['sent_ms']} ms, "
                  f"sim {p['sim_ms']} ms" for p in late[:10]]
