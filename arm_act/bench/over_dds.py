@@ -379,32 +379,30 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
             wall.append((w1 - w0) * 1e3)
             sim.append((s1 - s0) / 1e6)
     wall_arr, sim_arr = np.asarray(wall), np.asarray(sim)
-    # The same periods by the commands' DDS source timestamps (policy_node's write times): a late
-    # period here was late leaving policy_node; one late only at receipt was late in delivery or
-    # in the probe's own executor.
-    wall_sent, late = [], []
-    if commands_sent and len(commands_sent) == len(commands):
-        for i, ((w0, s0, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
-            if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
-                sent_ms = (commands_sent[i + 1] - commands_sent[i]) / 1e6
-                wall_sent.append(sent_ms)
-                if (w1 - w0) * 1e3 > 1.5 * nominal or sent_ms > 1.5 * nominal:
-                    late.append({"at_s": round(w1 - start, 3), "received_ms": round((w1 - w0) * 1e3, 2),
-                                 "sent_ms": round(sent_ms, 2), "sim_ms": round((s1 - s0) / 1e6, 2)})
-    wall_sent_arr = np.asarray(wall_sent)
-    sent, received_first = [], 0
+    # sent: the sim-time label of each period by the /clock sim_node published before each
+    # command. wall_sent: the same periods by the commands' DDS source timestamps (policy_node's
+    # write times): a late period there was late leaving policy_node; one late only at receipt
+    # was late in delivery or in the probe's own executor.
+    sent, wall_sent, late, received_first = [], [], [], 0
     if commands_sent and len(commands_sent) == len(commands):
         # The control tick each command was sent in (1 us of slack for stamps rounded from
         # float seconds): the tick it answers, or a later one if it left past the next tick.
         labels = [(ns + 1000) * control_rate // 1_000_000_000 for ns in _sent_sim_ns(commands_sent, clock_sent)]
-        for i, ((w0, _, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
+        for i, ((w0, s0, e0), (w1, s1, e1)) in enumerate(itertools.pairwise(commands)):
+            if not (w0 >= start and w1 <= end and e0 is not None and e0 == e1):
+                continue
+            received_first += (s1 + 1000) * control_rate // 1_000_000_000 < labels[i + 1]
             # Not a period whose second command was sent after sim_node ended the episode (the
             # probe takes the "ended" message later, on its own reader): see the docstring.
             ended = bisect.bisect_right(ends, commands_sent[i + 1]) > bisect.bisect_right(ends, commands_sent[i])
-            if w0 >= start and w1 <= end and e0 is not None and e0 == e1:
-                received_first += (s1 + 1000) * control_rate // 1_000_000_000 < labels[i + 1]
-                if not ended:
-                    sent.append((labels[i + 1] - labels[i]) * nominal)
+            if not ended:
+                sent.append((labels[i + 1] - labels[i]) * nominal)
+            sent_ms, received_ms = (commands_sent[i + 1] - commands_sent[i]) / 1e6, (w1 - w0) * 1e3
+            wall_sent.append(sent_ms)
+            if received_ms > 1.5 * nominal or sent_ms > 1.5 * nominal:
+                late.append({"at_s": round(w1 - start, 3), "received_ms": round(received_ms, 2),
+                             "sent_ms": round(sent_ms, 2), "sim_ms": round((s1 - s0) / 1e6, 2)})
+    wall_sent_arr = np.asarray(wall_sent)
     sent_arr = np.asarray(sent)
     command_walls = [c[0] for c in commands]
     # The sim times the episodes ended at (the newest /clock sim_node published before each

@@ -94,7 +94,8 @@ def machine_info(threads: int) -> dict[str, Any]:
     return {"cpu_model": cpu, "logical_cpus": os.cpu_count(),
             "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "platform": platform.platform(), "python": platform.python_version(),
-            "cpu_family_model": f"{fields['cpu family']}/{fields['model']}" if "model" in fields else None,
+            "cpu_family_model": (f"{fields['cpu family']}/{fields['model']}"
+                                 if "cpu family" in fields and "model" in fields else None),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__, "onnxruntime": ort_version, "threads": threads,
             "load_average_1m_start": os.getloadavg()[0]}

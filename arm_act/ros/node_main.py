@@ -28,8 +28,9 @@ rclpy's EventsExecutor (rclpy.experimental) by default: also one thread, but it 
 dispatches in C++ instead of rebuilding a wait set in Python on every wake-up. Beside the
 100 Hz /clock and joint_states that Python was most of the nodes' executor threads: on a
 2-core AMD EPYC (AVX2), 60 s of `arm-act bench --ros-only --camera-rate 10`, policy_node's
-executor thread went from 0.40 to 0.16 CPU s per sim second and sim_node's from 0.22 to 0.06
-(docs/architecture.md, "Threading"). ARM_ACT_EXECUTOR=single in the environment puts the
+executor thread went from 0.36-0.38 to 0.15 CPU s per sim second and sim_node's from 0.20-0.21
+to 0.06, three interleaved runs each (docs/architecture.md, "The events executor").
+ARM_ACT_EXECUTOR=single in the environment puts the
 SingleThreadedExecutor back.
 """
 from __future__ import annotations
