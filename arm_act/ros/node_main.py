@@ -32,9 +32,18 @@ executor thread went from 0.36-0.38 to 0.15 CPU s per sim second and sim_node's 
 to 0.06, three interleaved runs each (docs/architecture.md, "The events executor").
 ARM_ACT_EXECUTOR=single in the environment puts the
 SingleThreadedExecutor back.
+
+The EventsExecutor of these rclpy builds cannot call a subscription callback that takes
+`(msg, info)` (the MessageInfo with the DDS timestamps): its spin raises "SystemError: null
+argument to internal routine" and the callback never runs. None of the nodes run here needs
+one; a node that does is refused before it spins, in one line that names its topics and
+says ARM_ACT_EXECUTOR=single (refuse_message_info_callbacks). bag_recorder and the bench
+probe, which stamp messages with the DDS source timestamps, spin on the
+SingleThreadedExecutor for that reason.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
@@ -112,6 +121,7 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
         if not signals.event.is_set():
             node = node_class()
             executor = make_executor()
+            refuse_message_info_callbacks(executor, node)
             executor.add_node(node)
             while not signals.event.is_set() and not _done(node) and rclpy.ok():
                 executor.spin_once(timeout_sec=POLL_S)
@@ -153,6 +163,33 @@ def make_executor(context=None):
     from rclpy.experimental import EventsExecutor
 
     return EventsExecutor(context=context)
+
+
+def takes_message_info(callback) -> bool:
+    """Whether rclpy calls `callback` with (msg, info): it takes two arguments, not one (the
+    rule rclpy's Subscription applies when the callback is set)."""
+    try:
+        inspect.signature(callback).bind(object())
+        return False
+    except TypeError:
+        pass
+    try:
+        inspect.signature(callback).bind(object(), object())
+        return True
+    except TypeError:
+        return False
+
+
+def refuse_message_info_callbacks(executor, node) -> None:
+    """Raise ValueError, naming the topics, when `executor` is an EventsExecutor and `node` has
+    a subscription whose callback takes (msg, info), which that executor cannot call (module
+    docstring). Any other executor: nothing."""
+    if type(executor).__name__ != "EventsExecutor":
+        return
+    topics = sorted(sub.topic_name for sub in node.subscriptions if takes_message_info(sub.callback))
+    if topics:
+        raise ValueError(f"the subscriptions to {', '.join(topics)} take (msg, info), which rclpy's "
+                         f"EventsExecutor cannot call; start the node with {EXECUTOR_ENV}=single")
 
 
 def ignore_stop_signals() -> None:
