@@ -124,15 +124,18 @@ def test_a_callback_that_takes_message_info_is_refused_on_the_events_executor_on
     node.create_subscription(String, "plain", lambda msg: None, 10)
     node.create_subscription(String, "stamped", lambda msg, info: None, 10)
     node.create_subscription(String, "/clock_like", _Stamps().with_info, 10)
+    executors = []
     try:
         monkeypatch.setenv(EXECUTOR_ENV, "events")
+        executors.append(make_executor(ros_context))
         with pytest.raises(ValueError) as raised:
-            refuse_message_info_callbacks(make_executor(ros_context), node)
+            refuse_message_info_callbacks(executors[-1], node)
         assert str(raised.value) == ("the subscriptions to /clock_like, /stamped take (msg, info), which rclpy's "
                                      "EventsExecutor cannot call; start the node with ARM_ACT_EXECUTOR=single")
         # The SingleThreadedExecutor calls them: nothing refused, and the info arrives.
         monkeypatch.setenv(EXECUTOR_ENV, "single")
-        single = make_executor(ros_context)
+        executors.append(make_executor(ros_context))
+        single = executors[-1]
         refuse_message_info_callbacks(single, node)
         got = []
         node.create_subscription(String, "stamped_check", lambda msg, info: got.append(info), 10)
@@ -140,8 +143,11 @@ def test_a_callback_that_takes_message_info_is_refused_on_the_events_executor_on
         single.add_node(node)
         _spin_to_first_message(single, lambda: pub.publish(String(data="x")), got)
         assert got and int(got[0]["source_timestamp"]) > 0
-        single.shutdown()
     finally:
+        # Shut down whatever was made, also when an assertion above failed, so the next
+        # test's context does not inherit an executor still holding this node.
+        for executor in executors:
+            executor.shutdown()
         node.destroy_node()
 
 
