@@ -313,6 +313,22 @@ def test_exception_inside_with_block_leaves_bag_incomplete(tmp_path):
     assert info.message_count == 1
 
 
+def test_is_complete_is_false_for_unfinished_and_unreadable_bags(tmp_path):
+    done = tmp_path / "done"
+    with BagWriter(done, [TopicSpec("/task", "std_msgs/msg/String")]) as writer:
+        writer.write("/task", 1, String(data="a"))
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError):
+        with BagWriter(crashed, [TopicSpec("/task", "std_msgs/msg/String")]) as writer:
+            writer.write("/task", 1, String(data="a"))
+            raise RuntimeError("episode crashed")
+    (tmp_path / "not_a_bag").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    assert bagio.is_complete(done)
+    for path in (crashed, tmp_path / "not_a_bag", tmp_path / "file.txt", tmp_path / "missing"):
+        assert not bagio.is_complete(path), path
+
+
 # ---------------------------------------------------------------- errors
 def test_errors_are_one_line_bag_errors(tmp_path):
     (tmp_path / "not_a_bag").mkdir()

@@ -22,7 +22,16 @@ from arm_act.bags.codec import (
     typestore,
 )
 from arm_act.bags.find import find_bags, is_bag
-from arm_act.bags.reader import BagInfo, BagMessage, TopicInfo, bag_info, custom_data, read_bag, repair
+from arm_act.bags.reader import (
+    BagInfo,
+    BagMessage,
+    TopicInfo,
+    bag_info,
+    custom_data,
+    is_complete,
+    read_bag,
+    repair,
+)
 from arm_act.bags.writer import (
     COMPRESSIONS,
     LATCHED_TOPICS,
@@ -36,7 +45,7 @@ from arm_act.bags.writer import (
 __all__ = [
     "COMPRESSIONS", "DEFAULT_QOS", "INCOMPLETE_KEY", "INCOMPLETE_REASON_KEY", "LATCHED_QOS", "LATCHED_TOPICS",
     "MARKER_NAME", "SENSOR_TOPIC_TYPES", "BagError", "BagInfo", "BagMessage", "BagWriter", "TopicInfo",
-    "TopicSpec", "bag_info", "custom_data", "decode_cdr", "encode_cdr", "find_bags", "is_bag", "live_topic_specs",
-    "live_topic_types", "make_qos", "read_bag", "repair", "ros_type_name", "software_version", "to_rosbags_qos",
-    "typestore",
+    "TopicSpec", "bag_info", "custom_data", "decode_cdr", "encode_cdr", "find_bags", "is_bag", "is_complete",
+    "live_topic_specs", "live_topic_types", "make_qos", "read_bag", "repair", "ros_type_name", "software_version",
+    "to_rosbags_qos", "typestore",
 ]

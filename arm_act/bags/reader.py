@@ -244,6 +244,15 @@ def bag_info(path: str | os.PathLike) -> BagInfo:
                    layout.custom_data, compression, size)
 
 
+def is_complete(path: str | os.PathLike) -> bool:
+    """True for a bag its writer finished; False for one it did not (a marker or no index
+    left behind) and for one that cannot be read at all."""
+    try:
+        return bag_info(path).complete
+    except BagError:
+        return False
+
+
 def _scan_info(layout: _Layout):
     counts: dict[str, int] = {}
     types: dict[str, str] = {}

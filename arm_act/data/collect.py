@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arm_act.bags import BagError, bag_info
+from arm_act.bags import is_complete
 from arm_act.bags.episode import EpisodeBagRecorder, bag_name
 from arm_act.common.episodes import EpisodeSpec, episode_spec
 from arm_act.common.worker_pool import run_in_processes
@@ -355,11 +355,7 @@ def plan(config: CollectConfig, specs: Sequence[EpisodeSpec], resume: bool) -> t
     done = set()
     for spec in existing:
         path = config.out / bag_name(spec.seed)
-        try:
-            complete = bag_info(path).complete
-        except BagError:
-            complete = False
-        if complete:
+        if is_complete(path):
             done.add(spec.seed)
             continue
         aside = path.with_name(path.name + ".incomplete")

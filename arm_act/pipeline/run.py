@@ -285,17 +285,12 @@ class Pipeline:
                               resume=True, on_record=on_record, ray=self.options.ray)
         except (CollectError, CheckpointError, RayPoolError, ValueError) as exc:
             raise PipelineError(f"collect {name}: {exc}") from None
-        from arm_act.bags import BagError, bag_info, find_bags
+        from arm_act.bags import find_bags, is_complete
 
-        def complete(bag: Path) -> bool:
-            try:
-                return bag_info(bag).complete
-            except BagError:
-                return False
         # An episode whose writer died was set aside as <name>.incomplete (collect's plan):
         # counted apart, never as one of the episodes.
         found = find_bags([self.data_dir(name)])
-        bags = [b for b in found if complete(b)]
+        bags = [b for b in found if is_complete(b)]
         if len(bags) < episodes:
             raise PipelineError(f"collect {name}: {len(bags)} complete bags of {episodes} in {self.data_dir(name)}")
         return {k: v for k, v in summary.items() if k != "episodes_detail"} | {
