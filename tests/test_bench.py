@@ -51,6 +51,9 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     for key in COUNTS:
         assert isinstance(printed[key], int) and printed[key] >= 0, key
     assert printed["control_periods"] > 0 and printed["obs_to_command_pairs"] > 0
+    # The host's steal, read every 50 ms of the DDS run, set beside its late periods.
+    assert printed["late_periods_sampled"] >= printed["late_periods_with_steal"] >= 0
+    assert 0.0 <= printed["periods_with_steal_share"] <= 1.0 and printed["steal_ms_mean_period"] >= 0.0
     assert printed["inference_backend"] in ("torch", "onnx")
     assert printed["loop_backend"] == printed["inference_backend"] == printed["ros_backend"]
     # onnxruntime is a pinned requirement: the ONNX figure is measured, not skipped.

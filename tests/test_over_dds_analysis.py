@@ -22,7 +22,7 @@ class Probe:
         self.episode_end_sent_ns = []
 
 
-def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=()):
+def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=(), steal=()):
     """A 20 ms control loop over a 10 ms /clock, as the probe records it. Each tick's command
     is sent 3 ms after its /clock (source times: wall ns of the publisher). Normally the probe
     takes /clock then the command; for late_clock_ticks it takes the command first (another
@@ -57,7 +57,7 @@ def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=()):
             probe.sim_diagnostics.append((wall + 0.001, {
                 "periods_without_command": str(without), "extra_commands": "0",
                 "control_periods": str(max(tick, 0)), "sim_time": f"{sim_ns / 1e9:.3f}"}))
-    return over_dds.analyse(probe, start=10.0, end=10.0 + 2 * ticks * 0.010 + 0.02)
+    return over_dds.analyse(probe, start=10.0, end=10.0 + 2 * ticks * 0.010 + 0.02, steal=steal)
 
 
 @pytest.mark.unit
@@ -196,3 +196,39 @@ def test_the_steal_fraction_is_the_hosts_share_of_the_window():
     assert over_dds.steal_fraction([1, 2, 3], [4, 5, 6]) is None  # a kernel without the steal column
     now = over_dds.cpu_times()
     assert now is None or (len(now) >= 8 and all(x >= 0 for x in now))
+
+
+@pytest.mark.unit
+def test_late_periods_are_matched_with_the_steal_around_them():
+    # Readings every 50 ms from t=0 to 1 s; the host took 30 ms between 0.40 and 0.45 s only.
+    steal = [(0.05 * i, 100.0 + 30.0 * (i >= 9)) for i in range(21)]
+    spans = [(0.02 * i, 0.02 * (i + 1)) for i in range(49)]  # every 20 ms period of the second
+    late = [(0.41, 0.44), (0.80, 0.83)]  # one inside the burst, one in a quiet stretch
+    got = over_dds.steal_near_late(steal, spans, late)
+    assert got["late_periods_with_steal"] == 1 and got["late_periods_sampled"] == 2
+    # The periods whose readings bracket 0.40-0.45 s: 0.40-0.42, 0.42-0.44 and 0.44-0.46.
+    assert got["periods_with_steal_share"] == pytest.approx(3 / 49, abs=1e-4)
+    assert got["steal_ms_max_per_sample"] == 30.0
+    assert got["steal_ms_mean_late_period"] == 15.0 and got["steal_ms_mean_period"] == pytest.approx(90 / 49, abs=0.01)
+    # A period outside the readings is not counted either way; too few readings: no figures.
+    assert over_dds.steal_near_late(steal, spans, [(1.2, 1.25)])["late_periods_sampled"] == 0
+    assert over_dds.steal_near_late(steal[:1], spans, late) == {}
+    assert over_dds.stolen_ms([0] * 7 + [250]) == pytest.approx(250 * 1e3 / __import__("os").sysconf("SC_CLK_TCK"))
+    assert over_dds.stolen_ms([1, 2, 3]) is None and over_dds.stolen_ms(None) is None
+
+
+@pytest.mark.unit
+def test_analyse_counts_the_steal_around_its_late_periods():
+    # _run's ticks are 20 ms apart from wall 10.0 s; tick 40's command is received 15 ms late
+    # (~10.819 s): late periods 35 ms into tick 40 and 5 ms out of it.
+    assert "late_periods_with_steal" not in _run(delayed_ticks=(40,))  # no readings, no figures
+    quiet = [(9.9 + 0.05 * i, 0.0) for i in range(60)]
+    burst = [(t, 10.0 * (t > 10.80)) for t, _ in quiet]  # 10 ms stolen between 10.80 and 10.85 s
+    assert _run(delayed_ticks=(40,), steal=quiet)["late_periods_with_steal"] == 0
+    result = _run(delayed_ticks=(40,), steal=burst)
+    assert result["late_periods_with_steal"] == result["late_periods_sampled"] == len(result["late_periods"]) >= 1
+    assert 0 < result["periods_with_steal_share"] < 0.05
+    lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+                                  "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                  "machine": {"load_average_1m_start": 1.0}}))
+    assert f"late periods with CPU stolen by the host during them: {result['late_periods_sampled']} of" in lines

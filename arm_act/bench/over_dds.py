@@ -51,6 +51,9 @@ executor. late_periods lists each period over 1.5 x nominal on either clock (at_
 the window; received_ms, sent_ms, sim_ms), the first 50; probe_gc_pauses and probe_gc_max_ms
 are this process's garbage collections inside the window, its one stall the probe can see;
 steal_fraction the share of the machine's CPU time the hypervisor gave other guests in it.
+late_periods_with_steal of late_periods_sampled (all of them, not only the first 50) had CPU
+time stolen during them, against periods_with_steal_share of all periods (steal_near_late): a
+late period with steal around it may be the host's doing, one without it is the project's.
 
 Observation to command: for the camera pair stamped s, from the wall time the probe has
 received both images of s to the first arm command the probe receives after the chunk
@@ -88,6 +91,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +113,9 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_sim_sent_p99_ms", "missed_ticks_sim_sent", "commands_received_before_their_clock",
             "missed_ticks_at_sim", "extra_commands_at_sim", "control_periods_at_sim", "at_sim_seconds",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
-            "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction")
+            "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction", "late_periods_with_steal",
+            "late_periods_sampled", "periods_with_steal_share", "steal_ms_mean_late_period", "steal_ms_mean_period",
+            "steal_ms_max_per_sample")
 
 
 def _key(stamp_ns: int) -> int:
@@ -360,8 +366,10 @@ def _at_sim(samples: list[tuple[float, dict[str, str]]], start: float, end: floa
         return dict.fromkeys(keys)
 
 
-def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE) -> dict[str, Any]:
-    """The figures from what the probe recorded between wall times start and end."""
+def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE,
+            steal: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+    """The figures from what the probe recorded between wall times start and end. steal:
+    (wall s, the machine's stolen CPU ms so far) read every STEAL_SAMPLE_S (steal_near_late)."""
     nominal = 1e3 / control_rate
     with probe.lock:
         commands = list(probe.commands)
@@ -384,6 +392,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
     # write times): a late period there was late leaving policy_node; one late only at receipt
     # was late in delivery or in the probe's own executor.
     sent, wall_sent, late, received_first = [], [], [], 0
+    spans, late_spans = [], []  # (w0, w1) wall s of every period and of the late ones
     if commands_sent and len(commands_sent) == len(commands):
         # The control tick each command was sent in (1 us of slack for stamps rounded from
         # float seconds): the tick it answers, or a later one if it left past the next tick.
@@ -399,7 +408,10 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
                 sent.append((labels[i + 1] - labels[i]) * nominal)
             sent_ms, received_ms = (commands_sent[i + 1] - commands_sent[i]) / 1e6, (w1 - w0) * 1e3
             wall_sent.append(sent_ms)
+            spans.append((w1 - received_ms / 1e3, w1))
             if received_ms > 1.5 * nominal or sent_ms > 1.5 * nominal:
+                # The period as it was late: from the earlier of its two starts (sent, received).
+                late_spans.append((w1 - max(received_ms, sent_ms) / 1e3, w1))
                 late.append({"at_s": round(w1 - start, 3), "received_ms": round(received_ms, 2),
                              "sent_ms": round(sent_ms, 2), "sim_ms": round((s1 - s0) / 1e6, 2)})
     wall_sent_arr = np.asarray(wall_sent)
@@ -456,7 +468,51 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "camera_pairs": complete, "camera_pairs_inferred": inferred,
         "ros_seconds": end - start, "ros_rtf": rtf, "ros_sim_seconds": sim_seconds,
         "ros_node_inference_ms_p50": _pct(inference, 50),
+        **steal_near_late(steal, spans, late_spans),
     }
+
+
+STEAL_SAMPLE_S = 0.05  # how often run_over_dds reads the machine's steal counter
+
+
+def stolen_ms(times: list[int] | None) -> float | None:
+    """/proc/stat's steal column in ms (cpu_times' readings are in clock ticks)."""
+    if not times or len(times) < 8:
+        return None
+    return times[7] * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def steal_near_late(steal: Sequence[tuple[float, float]], spans: Sequence[tuple[float, float]],
+                    late_spans: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """Whether the late periods are the host's doing: of the late periods, how many had CPU
+    time stolen by the hypervisor during them (the steal counter's readings around a period:
+    the last one before it starts to the first one after it ends), against the same share of
+    every period. A host that takes cores in bursts shows as a late share far above the
+    share of all periods; late periods with no steal around them are the project's own.
+    steal_ms_mean_late_period / steal_ms_mean_period: the mean stolen around each (the
+    counter moves in clock ticks, 10 ms, summed over the cores).
+    steal_ms_max_per_sample: the most stolen in one sampling interval (both cores)."""
+    if len(steal) < 2:
+        return {}
+    times = np.asarray([t for t, _ in steal])
+    counts = np.asarray([ms for _, ms in steal])
+
+    def stolen(w0: float, w1: float) -> float | None:
+        i = int(np.searchsorted(times, w0, side="right")) - 1
+        j = int(np.searchsorted(times, w1, side="left"))
+        if i < 0 or j >= len(times):
+            return None  # outside the sampled window
+        return float(counts[j] - counts[i])
+
+    def with_steal(rows) -> tuple[int, int, float | None]:
+        amounts = [a for a in (stolen(w0, w1) for w0, w1 in rows) if a is not None]
+        return sum(a > 0 for a in amounts), len(amounts), round(float(np.mean(amounts)), 2) if amounts else None
+    late_hit, late_n, late_mean = with_steal(late_spans)
+    all_hit, all_n, all_mean = with_steal(spans)
+    return {"late_periods_with_steal": late_hit, "late_periods_sampled": late_n,
+            "periods_with_steal_share": round(all_hit / all_n, 4) if all_n else None,
+            "steal_ms_mean_late_period": late_mean, "steal_ms_mean_period": all_mean,
+            "steal_ms_max_per_sample": round(float(np.max(np.diff(counts))), 1)}
 
 
 class _InProcess:
@@ -604,15 +660,21 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             if arrangement != "single":
                 pids["probe"] = os.getpid()
             cpu_before = sched = times_before = None
+            steal: list[tuple[float, float]] = []  # (wall s, stolen ms): steal_near_late
             while time.monotonic() < end:
                 children.check()
-                if cpu_before is None and time.monotonic() >= start:
+                now = time.monotonic()
+                if cpu_before is None and now >= start:
                     cpu_before, times_before = cpu_snapshot(pids), cpu_times()
                     sched = sched_fifo_threads(pids)
-                time.sleep(0.05)
+                if now >= start - STEAL_SAMPLE_S and (ms := stolen_ms(cpu_times())) is not None:
+                    steal.append((now, ms))
+                time.sleep(STEAL_SAMPLE_S)
             cpu_after, times_after = cpu_snapshot(pids), cpu_times()
+            if (ms := stolen_ms(times_after)) is not None:
+                steal.append((time.monotonic(), ms))
             gc.callbacks.remove(on_gc)
-            result = analyse(probe, start, end)
+            result = analyse(probe, start, end, steal=steal)
             inside = [ms for t, ms in gc_pauses if start <= t <= end]
             result["steal_fraction"] = steal_fraction(times_before, times_after)
             result["probe_gc_pauses"] = len(inside)

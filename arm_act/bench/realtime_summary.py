@@ -67,6 +67,12 @@ def summarize(report: dict) -> list[str]:
                  f"sim {p['sim_ms']} ms" for p in late[:10]]
         if len(late) > 10:
             shown.append(f"    ({len(late) - 10} more late periods in the JSON, which keeps the first 50)")
+        if r.get("late_periods_sampled"):
+            means = (f"mean stolen around a late period {r['steal_ms_mean_late_period']} ms, around any period "
+                     f"{r['steal_ms_mean_period']} ms; " if r.get("steal_ms_mean_period") is not None else "")
+            shown.append(f"    late periods with CPU stolen by the host during them: {r['late_periods_with_steal']} of "
+                         f"{r['late_periods_sampled']}; of all periods {100 * r['periods_with_steal_share']:.1f}%; "
+                         f"{means}most stolen between two readings 50 ms apart {r['steal_ms_max_per_sample']} ms")
         lines[4:4] = shown
     for proc, threads in (r.get("ros_cpu_threads_s_per_sim_s") or {}).items():
         top = ", ".join(f"{k} {v:.3f}" for k, v in list(threads.items())[:4])
