@@ -200,7 +200,8 @@ def torchrun(nproc: int, argv: Sequence[str], module: str = "arm_act.cli.main") 
     Ctrl-C and leave its ranks behind.)"""
     if nproc < 1:
         raise ValueError(f"nproc={nproc} must be >= 1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    # torch.distributed.run, with a stop signal ending it in one line (torchrun_main).
+    command = [sys.executable, "-m", "arm_act.policy.torchrun_main", "--standalone",
                f"--nproc-per-node={nproc}", "-m", module, *argv]
     logger.info("starting %s", " ".join(command))
     child = subprocess.Popen(command)
