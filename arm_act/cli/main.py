@@ -62,30 +62,43 @@ def main(argv: list[str] | None = None) -> int:
     # lands inside a native library can come out as that library's error instead (safetensors
     # reported a checkpoint as "not a readable safetensors file" while it was being loaded),
     # and that error is then the interrupt, not a problem with the file.
+    # SIGTERM (`kill`, `timeout`, a batch scheduler, `docker stop`) takes the same way out: a
+    # training saves its state, worker pools stop their workers, bags being written are
+    # closed or set aside as on Ctrl-C, instead of the process vanishing mid-write. Exit
+    # 128 + 15, as a shell reports a process that SIGTERM ended.
     interrupted: list[int] = []
 
-    def on_sigint(signum, frame):
+    def on_stop_signal(signum, frame):
         interrupted.append(signum)
-        signal.default_int_handler(signum, frame)
+        signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
 
-    previous = signal.getsignal(signal.SIGINT)
-    watching = previous is signal.default_int_handler and threading.current_thread() is threading.main_thread()
-    if watching:
-        signal.signal(signal.SIGINT, on_sigint)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watched = [sig for sig, handler in previous.items() if main_thread and handler is (
+        signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)]
+    for sig in watched:
+        signal.signal(sig, on_stop_signal)
+
+    def stopped() -> tuple[str, int]:
+        if interrupted and interrupted[-1] == signal.SIGTERM:
+            return "terminated (SIGTERM)", 128 + signal.SIGTERM
+        return "interrupted", 130
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
-        print(f"arm-act {name}: interrupted", file=sys.stderr)
-        return 130
+        what, status = stopped()
+        print(f"arm-act {name}: {what}", file=sys.stderr)
+        return status
     except CommandError as exc:
         if interrupted:
-            print(f"arm-act {name}: interrupted (while: {exc})", file=sys.stderr)
-            return 130
+            what, status = stopped()
+            print(f"arm-act {name}: {what} (while: {exc})", file=sys.stderr)
+            return status
         print(f"arm-act {name}: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        if watching:
-            signal.signal(signal.SIGINT, previous)
+        for sig in watched:
+            signal.signal(sig, previous[sig])
 
 
 if __name__ == "__main__":
