@@ -192,12 +192,13 @@ def test_arm_act_train_under_plain_torchrun_then_the_shortcut_then_one_process(t
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("to", ["group", "parent"])
+@pytest.mark.parametrize("to", ["group", "parent", "sigterm"])
 def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_path, to):
     # "group" is a Ctrl-C at a terminal (every process of the job gets SIGINT), "parent" a
     # SIGINT to arm-act alone, which passes it on. Either way rank 0 saves its state, torchrun
     # and both ranks are gone when arm-act returns (subprocess.call used to SIGKILL torchrun
     # 0.25 s after the Ctrl-C), the last line is arm-act's own, and no process prints a traceback.
+    # "sigterm" is `kill PID` (or `timeout`, a scheduler) to arm-act alone: the same way out, exit 143.
     data, out = tmp_path / "data", tmp_path / "out"
     for i in range(3):
         write_demo_bag(data / f"ep_{i}", ticks=20 + 5 * i, seed=i)
@@ -219,14 +220,15 @@ def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_
         if to == "group":
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM if to == "sigterm" else signal.SIGINT)
         lines.append(proc.communicate(timeout=150)[1])  # fails on ranks left running (they hold stderr)
     finally:
         with contextlib.suppress(ProcessLookupError):  # also ranks that outlived arm-act
             os.killpg(proc.pid, signal.SIGKILL)
     err = "".join(lines)
-    assert proc.returncode == 130, err[-3000:]
-    assert err.rstrip().splitlines()[-1] == "arm-act train: interrupted"
+    assert proc.returncode == (143 if to == "sigterm" else 130), err[-3000:]
+    assert err.rstrip().splitlines()[-1] == (
+        "arm-act train: terminated (SIGTERM)" if to == "sigterm" else "arm-act train: interrupted")
     # torchrun's agent raises SignalException on the signal: one line, not its traceback.
     assert "Traceback" not in err and "torchrun: stopped by SIG" in err, err[-3000:]
     assert "training state at step" in err or "the last saved training state is kept" in err, err[-3000:]
