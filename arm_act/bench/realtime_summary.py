@@ -72,7 +72,8 @@ def summarize(report: dict) -> list[str]:
                      f"{r['steal_ms_mean_period']} ms; " if r.get("steal_ms_mean_period") is not None else "")
             shown.append(f"    late periods with CPU stolen by the host during them: {r['late_periods_with_steal']} of "
                          f"{r['late_periods_sampled']}; of all periods {100 * r['periods_with_steal_share']:.1f}%; "
-                         f"{means}most stolen between two readings 50 ms apart {r['steal_ms_max_per_sample']} ms")
+                         f"{means}most stolen between two consecutive readings (every 50 ms) "
+                         f"{r['steal_ms_max_per_sample']} ms")
         lines[4:4] = shown
     for proc, threads in (r.get("ros_cpu_threads_s_per_sim_s") or {}).items():
         top = ", ".join(f"{k} {v:.3f}" for k, v in list(threads.items())[:4])
