@@ -232,3 +232,9 @@ def test_analyse_counts_the_steal_around_its_late_periods():
                                   "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
                                   "machine": {"load_average_1m_start": 1.0}}))
     assert f"late periods with CPU stolen by the host during them: {result['late_periods_sampled']} of" in lines
+    assert "late periods with no CPU stolen around them (the project's own): 0" in lines
+    quiet_lines = "\n".join(summarize({**_run(delayed_ticks=(40,), steal=quiet), "label": "x",
+                                        "ros_camera_rate_hz": 10, "ros_backend": "onnx", "ros_rtf": 1.0,
+                                        "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                        "machine": {"load_average_1m_start": 1.0}}))
+    assert f"(the project's own): {result['late_periods_sampled']}" in quiet_lines

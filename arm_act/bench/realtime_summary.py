@@ -83,6 +83,10 @@ def summarize(report: dict) -> list[str]:
             continue  # a figure the result predates
         ok = _meets(r.get(key), target, how)
         lines.append(f"  target {key} {how.rstrip('~')} {target}: {r.get(key)} -> {'met' if ok else 'NOT met'}")
+    if r.get("late_periods_sampled") is not None:
+        # Not a target: on a host that steals, the late periods the project must answer for.
+        own = r["late_periods_sampled"] - r["late_periods_with_steal"]
+        lines.append(f"  late periods with no CPU stolen around them (the project's own): {own}")
     return lines
 
 
