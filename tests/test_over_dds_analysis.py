@@ -1,6 +1,7 @@
 """The bench's command-delivery figures (arm_act/bench/over_dds.py analyse): the probe's
 receipt-order sim time, the sim time each command was sent in (DDS source timestamps), and
 sim_node's own count of control periods without a new command."""
+import os
 import threading
 
 import pytest
@@ -213,7 +214,7 @@ def test_late_periods_are_matched_with_the_steal_around_them():
     # A period outside the readings is not counted either way; too few readings: no figures.
     assert over_dds.steal_near_late(steal, spans, [(1.2, 1.25)])["late_periods_sampled"] == 0
     assert over_dds.steal_near_late(steal[:1], spans, late) == {}
-    assert over_dds.stolen_ms([0] * 7 + [250]) == pytest.approx(250 * 1e3 / __import__("os").sysconf("SC_CLK_TCK"))
+    assert over_dds.stolen_ms([0] * 7 + [250]) == pytest.approx(250 * 1e3 / os.sysconf("SC_CLK_TCK"))
     assert over_dds.stolen_ms([1, 2, 3]) is None and over_dds.stolen_ms(None) is None
 
 
