@@ -7,6 +7,8 @@
 # measured latency here; counted in ticks, so load does not change the results). About
 # 30 minutes on 2 cores. A file that exists is kept: rerun to finish an interrupted run.
 #   benchmarks/run_aim.sh [CHECKPOINT] [OUT_DIR]
+# EVAL_ARGS is added to every evaluation (e.g. EVAL_ARGS="--retry policy": re-grasps by the
+# chunks instead of the reflex, the comparison in benchmarks/results/regrasp/).
 # LIVE=1 adds the live nodes against in process on 100 consecutive seeds (~12 min more,
 # on a quiet machine): live_vs_in_process.json.
 set -uo pipefail
@@ -15,7 +17,8 @@ ARM_ACT=${ARM_ACT:-.venv/bin/arm-act}
 CKPT=${1:-checkpoints/default}
 OUT=${2:-benchmarks/results/aim}
 mkdir -p "$OUT"
-ev() { "$ARM_ACT" eval --policy "$CKPT" --threads 1 --latency-ticks 1 "$@"; }
+read -r -a EXTRA <<< "${EVAL_ARGS:-}"
+ev() { "$ARM_ACT" eval --policy "$CKPT" --threads 1 --latency-ticks 1 "${EXTRA[@]}" "$@"; }
 run() {
   local name=$1; shift
   if [[ -f "$OUT/$name.json" ]]; then echo "kept   $name"; return; fi

@@ -48,6 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from arm_act.policy.kinematics import ChainKinematics
+from arm_act.policy.regrasp import RegraspReflex, RegraspSettings
+
+RETRIES = ("reflex", "policy")  # AimSettings.retry
 
 MISS_OPENING = 0.008
 """m per finger: closed this far on a closed command, the fingers hold nothing (a 3.2-4.8 cm
@@ -71,6 +74,10 @@ class AimSettings:
     miss_opening: float = MISS_OPENING
     closed_below: float = 0.01
     regrasps: int = 3
+    retry: str = "reflex"
+    """How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp: up, over the
+    estimate, down, close; then the chunks again) or "policy" (the chunks, aim-corrected)."""
+    reflex: RegraspSettings = RegraspSettings()
 
     def __post_init__(self) -> None:
         for name in ("max_shift", "start_height", "full_height", "lift_height", "open_above", "max_speed",
@@ -88,6 +95,8 @@ class AimSettings:
                 raise ValueError(f"aim {name}={value} must be a finite number > 0")
         if not (isinstance(self.regrasps, int) and self.regrasps >= 0):
             raise ValueError(f"aim regrasps={self.regrasps!r} must be a whole number >= 0")
+        if self.retry not in RETRIES:
+            raise ValueError(f"aim retry={self.retry!r} must be one of {list(RETRIES)}")
 
 
 class AimCorrector:
@@ -101,6 +110,8 @@ class AimCorrector:
         self.settings = settings or AimSettings()
         self.step = self.settings.max_speed / float(control_rate)  # m of shift change per tick
         self.release_step = self.settings.release_speed / float(control_rate)
+        self.reflex = (RegraspReflex(kinematics, control_rate, self.settings.reflex)
+                       if self.settings.retry == "reflex" else None)
         self.reset()
 
     @classmethod
@@ -116,6 +127,8 @@ class AimCorrector:
         self.corrections = 0  # ticks with a non-zero shift, this episode
         self.largest_shift = 0.0  # m, this episode
         self.misses = 0  # grasps found closed on nothing and reopened, this episode
+        if self.reflex is not None:
+            self.reflex.reset()
 
     def observe(self, target: np.ndarray | None) -> None:
         """A new chunk's target estimate (3,) m in the arm's base frame (None: the policy has
@@ -142,6 +155,11 @@ class AimCorrector:
         self.misses += 1
         self.closed, self.target = False, None
         return True
+
+    def handed_back(self) -> None:
+        """The re-grasp reflex has closed the fingers and the chunks drive again: hold no
+        shift, and keep the grasp check armed (closed) until the gripper opens."""
+        self.closed, self.target, self.shift = True, None, np.zeros(3)
 
     def correct(self, arm: np.ndarray, gripper: float) -> np.ndarray:
         """The arm command (7,) rad with the shift applied; `gripper` is this tick's command (m)."""

@@ -108,8 +108,9 @@ class ChainKinematics:
             link = parent.get("link", "") if parent is not None else ""
         return cls(chain[::-1])
 
-    def _frames(self, q: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-        """The tip's position (3,), and each movable joint's (origin (3,), world axis (3,))."""
+    def _frames(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+        """The tip's position (3,) and rotation (3, 3), and each movable joint's (origin (3,),
+        world axis (3,))."""
         q = np.asarray(q, dtype=np.float64)
         if q.shape != (len(self.joint_names),) or not np.all(np.isfinite(q)):
             raise ValueError(f"joint angles must be {len(self.joint_names)} finite numbers, got shape {q.shape}")
@@ -121,15 +122,28 @@ class ChainKinematics:
             axes.append((position, rotation @ axis))
             rotation = rotation @ (np.eye(3) + math.sin(angle) * k + (1.0 - math.cos(angle)) * k2)
         tip = position + rotation @ self._tail[1]
-        return tip, axes
+        return tip, rotation @ self._tail[0], axes
 
     def position(self, q: np.ndarray) -> np.ndarray:
         """(3,) position of the tip link's frame in the base link's frame."""
         return self._frames(q)[0]
 
+    def pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position (3,), rotation (3, 3)) of the tip link's frame in the base link's frame."""
+        tip, rotation, _ = self._frames(q)
+        return tip, rotation
+
     def jacobian(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position (3,), J (3, n)): the tip's position and d position / d q."""
-        tip, axes = self._frames(q)
+        tip, _, axes = self._frames(q)
         origins = np.array([origin for origin, _ in axes])  # (n, 3)
         world_axes = np.array([axis for _, axis in axes])  # (n, 3)
         return tip, np.cross(world_axes, tip - origins).T
+
+    def jacobian6(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(position (3,), rotation (3, 3), J (6, n)): the tip's pose and d (position, angle) /
+        d q, the angular rows in the base frame."""
+        tip, rotation, axes = self._frames(q)
+        origins = np.array([origin for origin, _ in axes])  # (n, 3)
+        world_axes = np.array([axis for _, axis in axes])  # (n, 3)
+        return tip, rotation, np.vstack([np.cross(world_axes, tip - origins).T, world_axes.T])

@@ -119,8 +119,11 @@ class ActionSelector:
         if (self.aim is not None and joint_position is not None and self.held is not None
                 and self.aim.missed(self.held[1], float(np.asarray(joint_position)[ARM_JOINTS]))):
             self._reopen(tick)
+        reflex = None if self.aim is None else self.aim.reflex
         due = sorted(((s, c, t) for u, s, c, t in self._ready if u <= tick), key=lambda item: item[0])
         self._ready = [item for item in self._ready if item[0] > tick]
+        if reflex is not None and reflex.active:
+            return self._retry(tick, reflex, [target for _, _, target in due], joint_position)
         for start, chunk, target in due:
             self.runtime.add_chunk(start, chunk)
             self.last_start_tick = max(self.last_start_tick, start)
@@ -139,6 +142,24 @@ class ActionSelector:
         arm, gripper = self.held
         return arm.copy(), gripper
 
+    def _retry(self, tick: int, reflex, targets: list, joint_position: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """A tick of the re-grasp reflex (arm_act.policy.regrasp): the chunks' targets feed
+        its aim, their actions wait. When it has closed the fingers, the chunks of camera
+        pairs from the next tick on drive again (the arm holds until the first is usable)."""
+        for target in targets:
+            reflex.observe(target)
+        measured = None if joint_position is None else np.asarray(joint_position, dtype=np.float64)[:ARM_JOINTS]
+        arm, gripper = reflex.step(measured)
+        self.held = self.limiter(arm, gripper)
+        self.holding, self.started = False, True
+        if not reflex.active:
+            self.runtime.reset()
+            self._ready.clear()
+            self._drop_before = int(tick) + 1
+            self.aim.handed_back()
+        arm, gripper = self.held
+        return arm.copy(), gripper
+
     def _reopen(self, tick: int) -> None:
         """The grasp closed on nothing: open the gripper, and drop every chunk computed
         before now, since they carry on with that grasp (lift, carry). The arm holds its
@@ -149,6 +170,8 @@ class ActionSelector:
         self._drop_before = int(tick) + 1  # this tick's own pair too: it still saw the closed fingers
         arm, _ = self.held
         self.held = self.limiter(arm, GRIPPER_RANGE[1])
+        if self.aim is not None and self.aim.reflex is not None:
+            self.aim.reflex.start(arm)
 
     def select_action(self, tick: int, joint_position: np.ndarray, instruction: str,
                       images: dict[str, np.ndarray] | None = None, need_attention: bool = False,

@@ -287,7 +287,7 @@ def test_a_missed_grasp_reopens_and_drops_the_chunks_that_carry_it_on(kinematics
     q, point = _low_pose(kinematics)
     runtime = _FixedRuntime(q)
     runtime.action_row = (q, CLOSED)  # the chunks close the gripper (and would lift)
-    aim = AimCorrector(kinematics, RATE, AimSettings(regrasps=1))
+    aim = AimCorrector(kinematics, RATE, AimSettings(regrasps=1, retry="policy"))  # the chunks retry
     selector = ActionSelector(runtime, 1, CommandLimiter(3.0, RATE), aim=aim)
     selector.reset(np.append(q, [0.04, 0.04]))
     selector.add_chunk(0, np.zeros((4, 8)))

@@ -58,7 +58,7 @@ class Operator:
 
     def diagnostic(self, key):
         values = {kv.key: kv.value for kv in self.diagnostics[-1].status[0].values}
-        return values[key]
+        return values.get(key)
 
 
 def test_bad_checkpoint_fails_configure_with_a_reason_and_the_node_lives(ros_context, tiny_checkpoint, tmp_path):
@@ -82,6 +82,9 @@ def test_bad_checkpoint_fails_configure_with_a_reason_and_the_node_lives(ros_con
             ok, reason = operator.set_parameter("regrasps", -1)
             assert not ok and "regrasps must be in 0 .. 100" in reason
             assert operator.set_parameter("regrasps", 1) == (True, "")
+            ok, reason = operator.set_parameter("regrasp_retry", "again")
+            assert not ok and "regrasp_retry must be one of ['reflex', 'policy']" in reason
+            assert operator.set_parameter("regrasp_retry", "policy") == (True, "")
             assert operator.set_parameter("aim_correction", False) == (True, "")
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert operator.state() == "inactive" and policy.runtime is not None
@@ -94,6 +97,8 @@ def test_bad_checkpoint_fails_configure_with_a_reason_and_the_node_lives(ros_con
             assert operator.set_parameter("aim_correction", True) == (True, "")
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert policy.selector.aim is not None and policy.selector.aim.settings.regrasps == 1
+            assert policy.selector.aim.settings.retry == "policy" and policy.selector.aim.reflex is None
+            assert wait_for(lambda: operator.diagnostic("regrasp") == "policy", timeout=10)
             ok, reason = operator.set_parameter("checkpoint", str(missing))
             assert not ok and "read at configure" in reason
             assert operator.transition(Transition.TRANSITION_ACTIVATE) is True

@@ -89,6 +89,10 @@ def add_policy_arguments(parser) -> None:
     group.add_argument("--regrasps", type=int, default=3,
                        help="with the aim correction: reopen at most this many grasps an episode that closed on "
                             "nothing, for the policy to grasp again (0: never; policy_node's regrasps)")
+    group.add_argument("--retry", choices=("reflex", "policy"), default="reflex",
+                       help="how a reopened grasp is retried: 'reflex' (up, over the target head's estimate, "
+                            "down, close; then the chunks again) or 'policy' (the chunks alone, aim-corrected); "
+                            "policy_node's regrasp_retry")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")
 
@@ -104,7 +108,8 @@ def run(args) -> int:
         settings = PolicySettings(
             execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
             ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
-            device=args.device, aim=not args.no_aim, regrasps=args.regrasps)
+            device=args.device, aim=not args.no_aim, regrasps=args.regrasps,
+            retry=args.retry)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,

@@ -15,7 +15,9 @@ def panda_kinematics() -> ChainKinematics:
     return ChainKinematics.from_urdf(panda_urdf_path(collision_visuals=False), "panda_link0", "panda_grasptarget")
 
 
-def panda_aim(control_rate: float, regrasps: int = AimSettings.regrasps) -> AimCorrector:
+def panda_aim(control_rate: float, regrasps: int = AimSettings.regrasps, retry: str = AimSettings.retry
+              ) -> AimCorrector:
     """A fresh corrector for one ActionSelector (one per episode in process), at `control_rate`
-    Hz, reopening at most `regrasps` grasps an episode that closed on nothing (0: no grasp check)."""
-    return AimCorrector(panda_kinematics(), control_rate, AimSettings(regrasps=regrasps))
+    Hz, reopening at most `regrasps` grasps an episode that closed on nothing (0: no grasp check),
+    each retried by `retry` ("reflex": arm_act.policy.regrasp; "policy": the chunks)."""
+    return AimCorrector(panda_kinematics(), control_rate, AimSettings(regrasps=regrasps, retry=retry))

@@ -32,18 +32,19 @@ class PolicyAgent:
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
                  control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None, aim: bool = True,
-                 regrasps: int = 3):
+                 regrasps: int = 3, retry: str = "reflex"):
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
         the named block on the video (optional). aim: steer the grasp onto the target head's
         estimate (arm_act.policy.aim), as policy_node does by default, and reopen at most
-        `regrasps` grasps an episode that closed on nothing."""
+        `regrasps` grasps an episode that closed on nothing, each retried by `retry` ("reflex",
+        arm_act.policy.regrasp, or "policy": the chunks)."""
         from arm_act.common.aim import panda_aim
         from arm_act.policy.runtime import CommandLimiter
         from arm_act.policy.selection import ActionSelector
 
         self.runtime = runtime
         self.selector = ActionSelector(runtime, latency_ticks, CommandLimiter(max_joint_speed, control_rate),
-                                       aim=panda_aim(control_rate, regrasps) if aim else None)
+                                       aim=panda_aim(control_rate, regrasps, retry) if aim else None)
         self.video = video
         self.chunks = 0
         self.project = project
@@ -195,6 +196,7 @@ class PolicySettings:
     device: str = "cpu"  # where torch runs the policy: cpu, auto, cuda, cuda:N (policy/device.py)
     aim: bool = True  # the aim correction (arm_act.policy.aim); False: the chunks' arm commands as they are
     regrasps: int = 3  # with aim: grasps closed on nothing that are reopened, at most, per episode
+    retry: str = "reflex"  # how a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy"
 
     def __post_init__(self):
         from arm_act.policy.runtime import BACKENDS
@@ -213,6 +215,10 @@ class PolicySettings:
             raise ValueError(f"max_joint_speed={self.max_joint_speed} must be > 0")
         if not (isinstance(self.regrasps, int) and 0 <= self.regrasps <= 100):
             raise ValueError(f"regrasps={self.regrasps!r} must be a whole number in 0 .. 100")
+        from arm_act.policy.aim import RETRIES
+
+        if self.retry not in RETRIES:
+            raise ValueError(f"retry={self.retry!r} must be one of {list(RETRIES)}")
         from arm_act.policy.device import resolve_device
 
         resolve_device(self.device)  # DeviceError (a ValueError, one line) when it is not here
@@ -239,6 +245,7 @@ class PolicyRunner:
             "ideal": bool(settings.ideal),
             "aim": bool(settings.aim),
             "regrasps": int(settings.regrasps) if settings.aim else 0,
+            "retry": settings.retry if settings.aim and settings.regrasps else None,
         }
 
     @classmethod
@@ -274,7 +281,7 @@ class PolicyRunner:
         agent = PolicyAgent(self.runtime, self.latency_ticks, video=video,
                             control_rate=self.sim_config.control_rate_hz,
                             max_joint_speed=self.settings.max_joint_speed, aim=self.settings.aim,
-                            regrasps=self.settings.regrasps,
+                            regrasps=self.settings.regrasps, retry=self.settings.retry,
                             project=lambda camera, points: env.camera(camera).project(points))
         recorder = None
         if self.bags_dir is not None:

@@ -253,7 +253,7 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
                     "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads,
                     "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
                     "device": settings.device, "aim_correction": settings.aim, "regrasps": settings.regrasps,
-                    "publish_attention": False},
+                    "regrasp_retry": settings.retry, "publish_attention": False},
                     config_file("policy.yaml")), env)
             # Before the first episode: the start-up; then no episode may take longer than its
             # time limit, the hold after it and a margin.

@@ -22,10 +22,11 @@ autostart:=false.
 
 Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
 max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads,
-device, latency_ticks, aim_correction, regrasps and publish_attention are read at configure
-(set them while unconfigured). aim_correction (default true) steers the grasp onto the target
-head's estimate of the named block, and reopens up to `regrasps` (default 3) grasps an
-episode that closed on nothing (arm_act/policy/aim.py). device: cpu
+device, latency_ticks, aim_correction, regrasps, regrasp_retry and publish_attention are read
+at configure (set them while unconfigured). aim_correction (default true) steers the grasp
+onto the target head's estimate of the named block, and reopens up to `regrasps` (default 3)
+grasps an episode that closed on nothing (arm_act/policy/aim.py), each retried by the
+re-grasp reflex (regrasp_retry "reflex", arm_act/policy/regrasp.py) or by the chunks ("policy"). device: cpu
 (default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
 there fails the configure transition with the reason.
 
@@ -64,6 +65,7 @@ from arm_act.nodes.scheduling import (
     read_priority,
     thread_priority_descriptor,
 )
+from arm_act.policy.aim import RETRIES
 from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
@@ -74,7 +76,7 @@ EXECUTIONS = ("ensemble", "queue")
 LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
 # Parameters read at configure: they may change only while unconfigured.
 CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "aim_correction",
-                        "regrasps", "publish_attention")
+                        "regrasps", "regrasp_retry", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
                     "inference_thread_priority")
@@ -117,6 +119,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("aim_correction", True)
         # With it: a grasp that closes on nothing is reopened, at most this often an episode.
         declare("regrasps", 3)
+        # How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy" (the chunks).
+        declare("regrasp_retry", "reflex")
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
@@ -236,7 +240,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
             # Lockstep: a chunk from the camera pair of tick c is used from tick c+latency_ticks,
             # the rule in-process evaluation uses (the same ActionSelector), so both give the
             # same episodes. Realtime: a chunk is used as soon as its inference finishes.
-            aim = panda_aim(self.control_rate, int(p("regrasps"))) if bool(p("aim_correction")) else None
+            aim = (panda_aim(self.control_rate, int(p("regrasps")), str(p("regrasp_retry")))
+                   if bool(p("aim_correction")) else None)
             selector = ActionSelector(runtime, int(p("latency_ticks")),
                                       CommandLimiter(float(p("max_joint_speed")), self.control_rate), aim=aim)
         except Exception as exc:  # noqa: BLE001 - any reason a checkpoint cannot be used fails the transition
@@ -330,6 +335,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 return SetParametersResult(successful=False, reason=f"torch_threads must be >= 1, not {value!r}")
             if name == "regrasps" and not (isinstance(value, int) and 0 <= value <= 100):
                 return SetParametersResult(successful=False, reason=f"regrasps must be in 0 .. 100, not {value!r}")
+            if name == "regrasp_retry" and value not in RETRIES:
+                return SetParametersResult(successful=False, reason=f"regrasp_retry must be one of {list(RETRIES)}, "
+                                                                    f"not {value!r}")
             if name == "latency_ticks" and not (isinstance(value, int) and 0 <= value <= 50):
                 return SetParametersResult(successful=False, reason=f"latency_ticks must be in 0 .. 50, not {value!r}")
             if name == "backend" and value not in BACKENDS:
@@ -656,6 +664,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 values["aim_shift_cm"] = f"{float(np.linalg.norm(aim.shift)) * 100:.2f}"
                 values["aim_shift_cm_max"] = f"{aim.largest_shift * 100:.2f}"
                 values["grasps_reopened"] = str(aim.misses)
+                reflex = aim.reflex  # the re-grasp reflex's phase now ("-": the chunks drive)
+                values["regrasp"] = "policy" if reflex is None else (reflex.phase if reflex.active else "-")
         level = DiagnosticStatus.OK if values["state"] in ("ok", "waiting") else DiagnosticStatus.WARN
         if self.waiting:
             level = DiagnosticStatus.WARN
