@@ -1,5 +1,5 @@
 """Episodes spread over local worker processes: each process builds one worker (its own
-PyBullet env, its own policy) and runs items from a shared queue until there are none.
+PyBullet env, its own policy) and runs the items the parent hands it until there are none.
 
     run_in_processes(CollectionWorker, (config,), "collect", specs, workers=2, done=records.append)
 
@@ -10,13 +10,15 @@ not be copied into a child. A worker that fails to start, or an item that raises
 run with WorkerError (one line: which item and what it raised), and so does a worker
 process that dies.
 
-Items go out on one shared queue; results come back on one pipe per worker, which only
-that worker writes. A shared results queue would let a worker that dies while its feeder
-thread is writing leave the queue's write lock taken, and every other worker would then
-wait on it forever (that hung CI once). With a pipe of its own, a dead worker shows as the
-end of its pipe, at once, even in the middle of a message. Workers ignore SIGINT: a
-Ctrl-C interrupts the parent, which terminates them; a worker also ends when its parent
-dies.
+Each worker has one pipe of its own, written only by it and by the parent: the parent
+sends it an item, it sends the result back, and the parent sends the next item, or None
+when there is none left. A shared queue has two faults this avoids: a worker that dies
+while its feeder thread is writing leaves the queue's write lock taken, so every other
+worker waits on it forever (that hung CI once); and its named semaphores are the resource
+tracker's to clean up, so a run stopped by a signal at the wrong moment ended with the
+tracker's "leaked semaphore" warnings (CI again). A dead worker shows as the end of its
+pipe, at once, even in the middle of a message. Workers ignore SIGINT: a Ctrl-C interrupts
+the parent, which terminates them; a worker also ends when its parent dies.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class WorkerError(RuntimeError):
     """A worker process could not start, died, or an item raised in it."""
 
 
-def _worker_process(factory: Callable[..., Any], args: tuple, method: str, tasks, results: Connection) -> None:
+def _worker_process(factory: Callable[..., Any], args: tuple, method: str, pipe: Connection) -> None:
     # Ctrl-C reaches the whole process group; it is the parent's to handle, and the parent
     # then terminates the workers. A worker whose parent dies goes too (SIGTERM).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -44,16 +46,17 @@ def _worker_process(factory: Callable[..., Any], args: tuple, method: str, tasks
     try:
         worker = factory(*args)
     except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
-        results.send((None, None, f"worker start: {type(exc).__name__}: {exc}"))
+        pipe.send((None, None, f"worker start: {type(exc).__name__}: {exc}"))
         return
     with worker:
         run = getattr(worker, method)
-        while (task := tasks.get()) is not None:
+        pipe.send((None, None, None))  # ready: the parent sends the first item
+        while (task := pipe.recv()) is not None:
             index, item = task
             try:
-                results.send((index, run(item), None))
+                pipe.send((index, run(item), None))
             except Exception as exc:  # noqa: BLE001 - crosses the process boundary as one line
-                results.send((index, None, f"{_name(item)}: {type(exc).__name__}: {exc}"))
+                pipe.send((index, None, f"{_name(item)}: {type(exc).__name__}: {exc}"))
 
 
 def _name(item) -> str:
@@ -87,42 +90,44 @@ def run_in_processes(factory: Callable[..., Any], args: tuple, method: str, item
     if not items:
         return
     context = multiprocessing.get_context("spawn")
-    tasks = context.Queue()
-    for task in enumerate(items):
-        tasks.put(task)
+    pending = iter(enumerate(items))
     pipes: dict[Connection, BaseProcess] = {}
+
+    def hand_out(pipe: Connection) -> None:
+        """The next item to this worker, or None (it then exits)."""
+        try:
+            pipe.send(next(pending, None))
+        except OSError:  # it has died: its pipe's end is read next, and says how
+            pass
+
     try:
         for _ in range(min(workers, len(items))):
-            tasks.put(None)
-            reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_worker_process, args=(factory, args, method, tasks, writer), daemon=True)
-            pipes[reader] = process
+            mine, theirs = context.Pipe(duplex=True)
+            process = context.Process(target=_worker_process, args=(factory, args, method, theirs), daemon=True)
+            pipes[mine] = process
             process.start()
-            writer.close()  # the worker's copy is the only writer left: its death ends the pipe
+            theirs.close()  # the worker's copy is the only one left: its death ends the pipe
         remaining = len(items)
         while remaining:
-            for reader in wait(list(pipes), timeout=POLL_S):
+            for pipe in wait(list(pipes), timeout=POLL_S):
                 try:
-                    index, result, error = reader.recv()
+                    index, result, error = pipe.recv()
                 except (EOFError, OSError):  # OSError: the pipe ended in the middle of a message
-                    process = pipes.pop(reader)
-                    reader.close()
+                    process = pipes.pop(pipe)
+                    pipe.close()
                     _ended(process)
                     if not pipes:
                         raise WorkerError("every worker process exited before the run was complete") from None
                     continue
                 if error is not None:
                     raise WorkerError(error)
-                done(index, result)
-                remaining -= 1
+                if index is not None:
+                    done(index, result)
+                    remaining -= 1
+                hand_out(pipe)  # after a result or the worker's "ready"
     finally:
-        for process in pipes.values():
+        for pipe, process in pipes.items():
             if process.is_alive():
                 process.terminate()
             process.join(timeout=10.0)
-        for reader in pipes:
-            reader.close()  # the ones still open
-        # Tasks no worker will read may still sit in this process's feeder buffer; without
-        # this, interpreter exit would wait for a pipe nobody drains.
-        tasks.cancel_join_thread()
-        tasks.close()
+            pipe.close()
