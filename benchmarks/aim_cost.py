@@ -4,7 +4,10 @@
   pruned the target head) against actions and the target head's estimate (after; the
   correction needs it), alternating, 3 rounds of 300 batch-1 inferences on one thread;
 - the correction itself: AimCorrector.correct on a pose 5 cm above a block 2 cm off (the
-  ramp, kinematics and Jacobian all run), 3 rounds of 3,000 calls.
+  ramp, kinematics and Jacobian all run), 3 rounds of 3,000 calls;
+- the re-grasp reflex (docs/training.md, "Re-grasping"): RegraspReflex.step on the ticks
+  that move the arm (rise, over, descend: a 6-D Jacobian and 3 least-squares iterations a
+  tick), 3 rounds of whole retries from a reopened grasp at the same pose.
 
     python benchmarks/aim_cost.py [OUT.json]   # default benchmarks/results/aim/aim_cost.json
 """
@@ -22,6 +25,7 @@ from arm_act.common.aim import panda_aim
 from arm_act.common.paths import default_checkpoint
 from arm_act.policy import onnx_backend as ob
 from arm_act.policy.checkpoint import load_checkpoint
+from arm_act.policy.regrasp import CLOSE, LOOK, RegraspReflex
 from arm_act.sim.robot import HOME
 
 torch.set_num_threads(1)
@@ -65,6 +69,25 @@ for _ in range(3):
         ts.append(time.perf_counter() - start)
     correct.append((float(np.percentile(ts, 50) * 1e3), float(np.percentile(ts, 99) * 1e3)))
 print("correct() p50 per round", [round(x[0], 3) for x in correct], "p99", [round(x[1], 3) for x in correct])
+
+reflex = RegraspReflex(aim.kinematics, control_rate=50.0)
+target = point + np.array([0.02, 0.0, -0.05])
+moving = []
+for _ in range(3):
+    ts = []
+    for _ in range(20):  # whole retries, each from the reopened grasp
+        reflex.start(q)
+        while reflex.active:
+            if reflex.phase == LOOK:
+                reflex.observe(target)
+                continue
+            moves = reflex.phase != CLOSE
+            start = time.perf_counter()
+            reflex.step()
+            if moves:
+                ts.append(time.perf_counter() - start)
+    moving.append((float(np.percentile(ts, 50) * 1e3), float(np.percentile(ts, 99) * 1e3)))
+print("reflex step() p50 per round", [round(x[0], 3) for x in moving], "p99", [round(x[1], 3) for x in moving])
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/aim/aim_cost.json")
 out.write_text(json.dumps({"unit": "ms, (p50, p99) per round", "inference": res, "inference_ratio_p50": ratio,
-                           "correct": correct}, indent=1) + "\n")
+                           "correct": correct, "regrasp_reflex_step": moving}, indent=1) + "\n")

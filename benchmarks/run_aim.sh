@@ -9,6 +9,7 @@
 #   benchmarks/run_aim.sh [CHECKPOINT] [OUT_DIR]
 # EVAL_ARGS is added to every evaluation (e.g. EVAL_ARGS="--retry policy": re-grasps by the
 # chunks instead of the reflex, the comparison in benchmarks/results/regrasp/).
+# ROBUSTNESS_EPISODES (default 50) sets the episodes of each robustness world.
 # LIVE=1 adds the live nodes against in process on 100 consecutive seeds (~12 min more,
 # on a quiet machine): live_vs_in_process.json.
 set -uo pipefail
@@ -32,7 +33,7 @@ run policy_6 --episodes 200 --seed 200000 --blocks 6
 run no_aim_2-5 --episodes 200 --seed 100000 --blocks 2-5 --no-aim
 for rate in 10 25 50; do run camera_$rate --episodes 60 --seed 500000 --blocks 2-5 --camera-rate $rate; done
 run queue_2-5 --episodes 60 --seed 100000 --blocks 2-5 --execution queue
-run robustness --robustness all --episodes 50 --seed 400000
+run robustness --robustness all --episodes "${ROBUSTNESS_EPISODES:-50}" --seed 400000
 if [[ -f "$OUT/robustness.json" ]]; then
   "${PY:-.venv/bin/python}" -c "import json, sys; from arm_act.eval.robustness import markdown_table; \
 print(markdown_table(json.load(open(sys.argv[1]))))" "$OUT/robustness.json" > "$OUT/robustness.md"

@@ -97,6 +97,12 @@ def save_checkpoint(directory: str | os.PathLike, model: ACTPolicy, normalizer: 
     return out
 
 
+def save_normalization(directory: str | os.PathLike, normalizer: Normalizer) -> None:
+    """Replace a checkpoint's normalization.json (the weights and their checksum stay); for
+    statistics added after training, such as the colour reference (policy/colour.py)."""
+    _write_atomic(Path(directory) / NORMALIZATION_FILE, _json_bytes(normalizer.to_dict(), NORMALIZATION_FILE))
+
+
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from arm_act.policy.colour import channel_medians
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.vocab import InstructionTokenizer
@@ -98,13 +99,20 @@ def validate_episode(episode, index: int, config: PolicyConfig) -> None:
             raise ValueError(f"{name}: {what} holds non-finite values")
 
 
-def fit_normalizer(episodes: Sequence) -> Normalizer:
-    """Statistics of the joint states at the frames and of every command."""
+def fit_normalizer(episodes: Sequence, cameras: Sequence[str] | None = None) -> Normalizer:
+    """Statistics of the joint states at the frames and of every command; with `cameras`
+    (the config's, the fixed one first), also the colour reference of policy/colour.py:
+    the first camera's per-channel median over each episode's first frame (the arm at home,
+    the table in view, the training light)."""
     if not episodes:
         raise ValueError("cannot compute normalization statistics without episodes")
     states = np.concatenate([np.asarray(e.frame_state, np.float64) for e in episodes])
     actions = np.concatenate([np.asarray(e.commands, np.float64) for e in episodes])
-    return Normalizer.fit(states, actions)
+    normalizer = Normalizer.fit(states, actions)
+    if not cameras:
+        return normalizer
+    firsts = np.stack([np.asarray(e.images[0, 0]) for e in episodes])  # (E, H, W, 3) uint8
+    return normalizer.with_image_reference(cameras[0], channel_medians(firsts))
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int

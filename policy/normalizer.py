@@ -3,6 +3,11 @@
 The network sees and predicts zero-mean, unit-variance values; the runtime converts the
 measured joint positions in and the predicted chunk out. Works on numpy arrays and torch
 tensors (any device), normalising over the last axis.
+
+One statistic of the images rides along: `image_reference`, the colour of the scene as the
+training light lit it ({"camera": name, "median": [r, g, b] in [0, 1]}), which the colour
+balance of policy/colour.py scales other lights back to. Optional: a checkpoint without it
+runs without the balance.
 """
 
 from __future__ import annotations
@@ -25,10 +30,24 @@ def _vector(name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def _image_reference(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != {"camera", "median"}:
+        raise ValueError(f"image_reference must be {{'camera': name, 'median': [r, g, b]}}, got {value!r}")
+    camera, median = value["camera"], np.asarray(value["median"], dtype=np.float64)
+    if not isinstance(camera, str) or not camera:
+        raise ValueError(f"image_reference camera must be a camera name, got {camera!r}")
+    if median.shape != (3,) or not np.all(np.isfinite(median)) or np.any(median <= 0) or np.any(median > 1):
+        raise ValueError(f"image_reference median must be 3 values in (0, 1], got {median.tolist()}")
+    return {"camera": camera, "median": [float(x) for x in median]}
+
+
 class Normalizer:
     """x_norm = (x - mean) / std for states (S,) and actions (A,)."""
 
-    def __init__(self, state_mean: Any, state_std: Any, action_mean: Any, action_std: Any):
+    def __init__(self, state_mean: Any, state_std: Any, action_mean: Any, action_std: Any,
+                 image_reference: Mapping[str, Any] | None = None):
         self.state_mean = _vector("state_mean", state_mean)
         self.state_std = _vector("state_std", state_std)
         self.action_mean = _vector("action_mean", action_mean)
@@ -40,6 +59,7 @@ class Normalizer:
                                  f"{std.size}")
             if np.any(std <= 0):
                 raise ValueError(f"{kind}_std must be > 0, got {std.tolist()}")
+        self.image_reference = _image_reference(image_reference)
         self._torch_cache: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
 
     @classmethod
@@ -98,19 +118,27 @@ class Normalizer:
     def unnormalize_action(self, action: ArrayLike) -> ArrayLike:
         return self._apply(action, "action", False)
 
-    def to_dict(self) -> dict[str, list[float]]:
-        return {name: getattr(self, name).tolist()
-                for name in ("state_mean", "state_std", "action_mean", "action_std")}
+    def with_image_reference(self, camera: str, median: Any) -> Normalizer:
+        """The same statistics with `image_reference` set (policy.data.fit_normalizer)."""
+        return Normalizer(self.state_mean, self.state_std, self.action_mean, self.action_std,
+                          {"camera": camera, "median": median})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name).tolist()
+                               for name in ("state_mean", "state_std", "action_mean", "action_std")}
+        if self.image_reference is not None:
+            out["image_reference"] = self.image_reference
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Normalizer:
         names = {"state_mean", "state_std", "action_mean", "action_std"}
         if not isinstance(data, Mapping):
             raise ValueError(f"normalization must be a JSON object, got {type(data).__name__}")
-        missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+        missing, unknown = sorted(names - set(data)), sorted(set(data) - names - {"image_reference"})
         if missing or unknown:
             raise ValueError(f"normalization keys: missing {missing}, unknown {unknown}")
-        return cls(**{k: data[k] for k in names})
+        return cls(**{k: data[k] for k in names}, image_reference=data.get("image_reference"))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Normalizer):

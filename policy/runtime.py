@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from arm_act.policy.checkpoint import load_checkpoint
+from arm_act.policy.colour import ColourBalance
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
@@ -150,8 +151,10 @@ class PolicyRuntime:
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
-                 device: str | torch.device = "cpu", control_rate: float = 50.0):
-        """control_rate: Hz of the ticks the executor counts (the ensembling's time unit)."""
+                 device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = True):
+        """control_rate: Hz of the ticks the executor counts (the ensembling's time unit).
+        colour_balance: scale each camera pair to the training light (policy/colour.py) when the
+        checkpoint has a colour reference; `self.colour_balance` is None when it does not run."""
         from arm_act.policy.device import resolve_device
 
         if backend not in BACKENDS:
@@ -168,6 +171,10 @@ class PolicyRuntime:
         self.m = float(m)
         self.executor = make_executor(execution, self.config, m, self.control_rate)
         self.execution = execution
+        reference = normalizer.image_reference
+        self.colour_balance = None
+        if colour_balance and reference is not None and reference["camera"] in self.config.cameras:
+            self.colour_balance = ColourBalance(self.config.cameras.index(reference["camera"]), reference["median"])
         self._instruction: str | None = None
         self._ids = self._ids_mask = None
         self.requested_backend = backend
@@ -195,7 +202,8 @@ class PolicyRuntime:
     def from_checkpoint(cls, directory: str | Path, execution: str = "ensemble", m: float = 0.1,
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
                         image_size: int | None = None, backend: str = "torch",
-                        device: str | torch.device = "cpu", control_rate: float = 50.0) -> PolicyRuntime:
+                        device: str | torch.device = "cpu", control_rate: float = 50.0,
+                        colour_balance: bool = True) -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
@@ -203,7 +211,7 @@ class PolicyRuntime:
             expected["image_size"] = image_size
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
         return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
-                   device=device, control_rate=control_rate)
+                   device=device, control_rate=control_rate, colour_balance=colour_balance)
 
     def reset(self) -> None:
         self.executor.reset()
@@ -218,7 +226,8 @@ class PolicyRuntime:
 
     def preprocess(self, images: dict[str, np.ndarray],
                    joint_position: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """{camera: (H, W, 3) uint8} + (9,) -> images (1, C, 3, H, W) in [0, 1], state (1, 9)."""
+        """{camera: (H, W, 3) uint8} + (9,) -> images (1, C, 3, H, W) in [0, 1], state (1, 9);
+        the images colour-balanced when self.colour_balance is set."""
         size = self.config.image_size
         frames = []
         for name in self.config.cameras:
@@ -231,6 +240,8 @@ class PolicyRuntime:
             frames.append(rgb)
         stacked = torch.from_numpy(np.stack(frames))  # (C, H, W, 3) uint8, a fresh copy
         pixels = stacked.permute(0, 3, 1, 2).float().div_(255.0)[None]  # (1, C, 3, H, W)
+        if self.colour_balance is not None:
+            pixels = self.colour_balance(pixels)  # (1, C, 3, H, W)
         position = np.asarray(joint_position, dtype=np.float64)
         if position.shape != (self.config.state_dim,) or not np.all(np.isfinite(position)):
             raise ValueError(f"joint position must be {self.config.state_dim} finite values, got {position}")

@@ -676,7 +676,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         if saved:
             normalizer = Normalizer.from_dict(saved.state["normalization"])
         else:
-            normalizer = init[1] if init else fit_normalizer(train_eps)
+            normalizer = init[1] if init else fit_normalizer(train_eps, cfg.cameras)
         hold = tcfg.hold_after_end
         train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer, hold) if val_ids else None

@@ -94,7 +94,9 @@ def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     """A tiny policy checkpoint (random weights, target head on) for node tests: width 32,
-    1 encoder layer, chunk 10. A test module may define its own to override it."""
+    1 encoder layer, chunk 10, the sim's table colour as its colour reference (so the colour
+    balance runs, with gains of 1 under the sim's light). A test module may define its own
+    to override it."""
     import numpy as np
     import torch
 
@@ -106,6 +108,8 @@ def tiny_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     config = PolicyConfig(width=32, heads=4, encoder_layers=1, chunk_size=10, dropout=0.0, target_weight=1.0)
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
-    save_checkpoint(path, ACTPolicy(config), Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3)), None)
+    normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3),
+                            {"camera": "front", "median": (np.array([148, 136, 119]) / 255).tolist()})
+    save_checkpoint(path, ACTPolicy(config), normalizer, None)
     return path
 

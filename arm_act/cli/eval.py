@@ -93,6 +93,9 @@ def add_policy_arguments(parser) -> None:
                        help="how a reopened grasp is retried: 'reflex' (up, over the target head's estimate, "
                             "down, close; then the chunks again) or 'policy' (the chunks alone, aim-corrected); "
                             "policy_node's regrasp_retry")
+    group.add_argument("--no-colour-balance", action="store_true",
+                       help="feed the camera images as rendered, without scaling them to the training light "
+                            "(policy_node's colour_balance false; docs/training.md, 'Colour balance')")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")
 
@@ -109,7 +112,7 @@ def run(args) -> int:
             execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
             ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
             device=args.device, aim=not args.no_aim, regrasps=args.regrasps,
-            retry=args.retry)
+            retry=args.retry, colour_balance=not args.no_colour_balance)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,

@@ -197,6 +197,7 @@ class PolicySettings:
     aim: bool = True  # the aim correction (arm_act.policy.aim); False: the chunks' arm commands as they are
     regrasps: int = 3  # with aim: grasps closed on nothing that are reopened, at most, per episode
     retry: str = "reflex"  # how a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy"
+    colour_balance: bool = True  # scale images to the training light (arm_act.policy.colour), when the checkpoint can
 
     def __post_init__(self):
         from arm_act.policy.runtime import BACKENDS
@@ -246,6 +247,7 @@ class PolicyRunner:
             "aim": bool(settings.aim),
             "regrasps": int(settings.regrasps) if settings.aim else 0,
             "retry": settings.retry if settings.aim and settings.regrasps else None,
+            "colour_balance": runtime.colour_balance is not None,
         }
 
     @classmethod
@@ -260,7 +262,8 @@ class PolicyRunner:
         runtime = PolicyRuntime.from_checkpoint(
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
-            backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz)
+            backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz,
+            colour_balance=settings.colour_balance)
         measured = None
         if settings.ideal:
             latency_ticks = 0

@@ -76,7 +76,7 @@ EXECUTIONS = ("ensemble", "queue")
 LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
 # Parameters read at configure: they may change only while unconfigured.
 CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "aim_correction",
-                        "regrasps", "regrasp_retry", "publish_attention")
+                        "regrasps", "regrasp_retry", "colour_balance", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
                     "inference_thread_priority")
@@ -121,6 +121,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("regrasps", 3)
         # How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy" (the chunks).
         declare("regrasp_retry", "reflex")
+        # Scale each camera pair to the training light when the checkpoint has a colour
+        # reference (arm_act.policy.colour).
+        declare("colour_balance", True)
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
@@ -229,7 +232,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 runtime = PolicyRuntime.from_checkpoint(
                     Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
                     threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
-                    control_rate=self.control_rate,
+                    control_rate=self.control_rate, colour_balance=bool(p("colour_balance")),
                 )
                 self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                        f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
@@ -660,6 +663,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
             aim = None if self.selector is None else self.selector.aim
             values["aim_correction"] = "off" if aim is None else "on"
+            balance = getattr(self.runtime, "colour_balance", None)
+            values["colour_gains"] = ("off" if balance is None
+                                      else " ".join(f"{g:.3f}" for g in balance.last_gains.tolist()))
             if aim is not None:  # the grasp point's shift now, and the largest this episode (cm)
                 values["aim_shift_cm"] = f"{float(np.linalg.norm(aim.shift)) * 100:.2f}"
                 values["aim_shift_cm_max"] = f"{aim.largest_shift * 100:.2f}"
