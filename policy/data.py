@@ -16,6 +16,7 @@ loop touches pixels.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ from arm_act.policy.colour import channel_medians
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.vocab import InstructionTokenizer
+
+logger = logging.getLogger(__name__)
 
 # DrQ's pad-and-random-crop (Kostrikov et al. 2021) uses 4 px at 84 px; our blocks are only
 # 4-5 px wide in the fixed front camera, where a 4 px shift moves a block by its own width
@@ -103,7 +106,9 @@ def fit_normalizer(episodes: Sequence, cameras: Sequence[str] | None = None) -> 
     """Statistics of the joint states at the frames and of every command; with `cameras`
     (the config's, the fixed one first), also the colour reference of policy/colour.py:
     the first camera's per-channel median over each episode's first frame (the arm at home,
-    the table in view, the training light)."""
+    the table in view, the training light). A median with a channel at 0 (a black or
+    single-colour camera) cannot be scaled back to, so such data gets no reference, and
+    the runtime then runs without the balance."""
     if not episodes:
         raise ValueError("cannot compute normalization statistics without episodes")
     states = np.concatenate([np.asarray(e.frame_state, np.float64) for e in episodes])
@@ -112,7 +117,12 @@ def fit_normalizer(episodes: Sequence, cameras: Sequence[str] | None = None) -> 
     if not cameras:
         return normalizer
     firsts = np.stack([np.asarray(e.images[0, 0]) for e in episodes])  # (E, H, W, 3) uint8
-    return normalizer.with_image_reference(cameras[0], channel_medians(firsts))
+    median = channel_medians(firsts)
+    if np.any(median <= 0):
+        logger.warning("no colour reference: camera %r's median colour %s has a channel at 0",
+                       cameras[0], np.round(median * 255).tolist())
+        return normalizer
+    return normalizer.with_image_reference(cameras[0], median)
 
 
 def split_episodes(n_episodes: int, val_fraction: float, seed: int

@@ -130,6 +130,9 @@ def test_training_saves_the_fixed_cameras_median_colour():
     reference = fit_normalizer(episodes, ("front", "wrist")).image_reference
     assert reference["camera"] == "front"
     np.testing.assert_allclose(reference["median"], TABLE / 255.0, rtol=1e-6)
+    for episode in episodes:  # a black fixed camera: nothing to scale back to, so no reference
+        episode.images[:, 0] = 0
+    assert fit_normalizer(episodes, ("front", "wrist")).image_reference is None
 
 
 def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can():
