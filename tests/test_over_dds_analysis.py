@@ -239,3 +239,26 @@ def test_analyse_counts_the_steal_around_its_late_periods():
                                         "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
                                         "machine": {"load_average_1m_start": 1.0}}))
     assert f"(the project's own): {result['late_periods_sampled']}" in quiet_lines
+
+
+@pytest.mark.unit
+def test_the_kernels_proactive_reclaim_is_recorded_and_printed(tmp_path):
+    from arm_act.bench.suite import kernel_damon
+
+    assert kernel_damon(tmp_path / "no_damon") is None
+    scheme = tmp_path / "0" / "contexts" / "0" / "schemes" / "0"
+    scheme.mkdir(parents=True)
+    (tmp_path / "0" / "state").write_text("on\n")
+    (scheme / "action").write_text("pageout\n")
+    (tmp_path / "1" / "contexts" / "0").mkdir(parents=True)
+    (tmp_path / "1" / "state").write_text("off\n")
+    (tmp_path / "nr_kdamonds").write_text("2\n")
+    assert kernel_damon(tmp_path) == ["on: pageout", "off: monitoring only"]
+    report = {"label": "r", "ros_seconds": 60.0, "ros_rtf": 1.0, "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+              "control_period_sim_p50_ms": 20.0, "control_period_sim_p99_ms": 20.0, "missed_ticks_sim": 0,
+              "control_period_wall_p50_ms": 20.0, "control_period_wall_p99_ms": 21.0, "missed_ticks_wall": 0,
+              "control_periods": 3000, "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 22.0,
+              "machine": {"load_average_1m_start": 1.0, "kernel_damon": ["on: pageout"]}}
+    assert "kernel DAMON on: pageout" in summarize(report)[0]
+    report["machine"]["kernel_damon"] = None
+    assert "DAMON" not in summarize(report)[0]

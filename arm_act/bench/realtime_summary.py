@@ -36,7 +36,8 @@ def summarize(report: dict) -> list[str]:
     lines = [
         f"{r.get('label')}: {r['ros_seconds']:.0f} s wall, {r.get('ros_sim_seconds') or 0:.1f} s sim, "
         f"RTF {r['ros_rtf']:.3f}, cameras {r['ros_camera_rate_hz']} Hz, backend {r['ros_backend']}, "
-        f"load {r['machine']['load_average_1m_start']:.2f} -> {r['machine'].get('load_average_1m_end', 0):.2f}",
+        f"load {r['machine']['load_average_1m_start']:.2f} -> {r['machine'].get('load_average_1m_end', 0):.2f}"
+        + (f", kernel DAMON {'; '.join(r['machine']['kernel_damon'])}" if r['machine'].get('kernel_damon') else ""),
         f"  period sim  p50 {r['control_period_sim_p50_ms']:.2f} ms p99 {r['control_period_sim_p99_ms']:.2f} ms, "
         f"missed {r['missed_ticks_sim']}",
         f"  period wall p50 {r['control_period_wall_p50_ms']:.2f} ms p99 {r['control_period_wall_p99_ms']:.2f} ms, "

@@ -71,6 +71,28 @@ def time_interleaved(calls: dict[str, Callable[[], Any]], repeats: int, warmup: 
     return times
 
 
+DAMON_SYSFS = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+
+def kernel_damon(root: Path = DAMON_SYSFS) -> list[str] | None:
+    """The kernel's DAMON workers ("on: pageout" and the like, one per kdamond), or None where
+    the kernel has no DAMON sysfs. A running pageout scheme is proactive reclaim: on the
+    steal-free EPYC of 3 December, ten minutes at 10 Hz cameras had 8 periods late in wall
+    time with it on and 0 with it off (docs/architecture.md, "Late ticks and the host")."""
+    if not root.is_dir():
+        return None
+    workers = []
+    for kdamond in sorted(p for p in root.iterdir() if p.name.isdigit()):
+        try:
+            state = (kdamond / "state").read_text().strip()
+            actions = sorted({a.read_text().strip() for a in kdamond.glob("contexts/*/schemes/*/action")})
+        except OSError as exc:
+            workers.append(f"unreadable: {exc.strerror or exc}")
+            continue
+        workers.append(f"{state}: {', '.join(actions) or 'monitoring only'}")
+    return workers
+
+
 def machine_info(threads: int) -> dict[str, Any]:
     """The machine a result was measured on. Hosts named alike differ (an "AMD EPYC" with and
     without AVX512 ran this project's benchmarks 2-4x apart): the CPU family/model and the
@@ -98,7 +120,7 @@ def machine_info(threads: int) -> dict[str, Any]:
                                  if "cpu family" in fields and "model" in fields else None),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__, "onnxruntime": ort_version, "threads": threads,
-            "load_average_1m_start": os.getloadavg()[0]}
+            "kernel_damon": kernel_damon(), "load_average_1m_start": os.getloadavg()[0]}
 
 
 @dataclass
