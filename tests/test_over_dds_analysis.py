@@ -262,3 +262,14 @@ def test_the_kernels_proactive_reclaim_is_recorded_and_printed(tmp_path):
     assert "kernel DAMON on: pageout" in summarize(report)[0]
     report["machine"]["kernel_damon"] = None
     assert "DAMON" not in summarize(report)[0]
+
+
+@pytest.mark.unit
+def test_major_page_faults_are_counted_per_process_over_the_window():
+    me = {"self": os.getpid()}
+    before = over_dds.cpu_snapshot(me)
+    assert isinstance(before["major_faults"]["self"], int) and before["major_faults"]["self"] >= 0
+    after = {**before, "major_faults": {"self": before["major_faults"]["self"] + 3}}
+    assert over_dds.major_faults(before, after) == {"self": 3}
+    gone = over_dds.cpu_snapshot({"gone": 2 ** 22 + 12345})  # no such process: nothing to count
+    assert over_dds.major_faults(gone, gone) == {}

@@ -67,8 +67,10 @@ a 1 s hold later.
 CPU: utime + stime (/proc/<pid>/stat, and per thread /proc/<pid>/task/<tid>/stat) of each
 node process and of the probe over the measuring window, divided by the sim seconds that
 window covered (ros_cpu_s_per_sim_s, ros_cpu_threads_s_per_sim_s: "main" is the executor
-thread). camera_pairs / camera_pairs_inferred: the complete pairs in the window and those a
-chunk came back for (with cameras at the control rate: inference on every pair or not).
+thread; ros_major_faults: each process's major page faults in the window, pages read back
+from disk after the kernel paged them out). camera_pairs / camera_pairs_inferred: the
+complete pairs in the window and those a chunk came back for (with cameras at the control
+rate: inference on every pair or not).
 
 Scheduling (arm_act/common/realtime.py, docs/architecture.md "Threading"): the nodes put their
 deadline threads on SCHED_FIFO at `thread_priority` (config/*.yaml, default 50; the
@@ -241,6 +243,22 @@ def _stat_cpu_s(path: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _clock_ticks()
 
 
+def _stat_major_faults(path: str) -> int | None:
+    """Major page faults so far (pages read back from disk: paged out or never loaded) from a
+    /proc/<pid>/stat file (field 12)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[9])
+
+
+def major_faults(before: dict, after: dict) -> dict[str, int]:
+    """Per named process, its major page faults between two cpu_snapshot()s."""
+    return {name: after["major_faults"][name] - before["major_faults"][name] for name in after["major_faults"]
+            if after["major_faults"].get(name) is not None and before["major_faults"].get(name) is not None}
+
+
 def _thread_names(pid: int) -> dict[str, str]:
     names = {}
     try:
@@ -279,17 +297,19 @@ def sched_fifo_threads(pids: dict[str, int]) -> dict[str, dict[str, int]]:
 
 
 def cpu_snapshot(pids: dict[str, int]) -> dict[str, Any]:
-    """CPU seconds so far of each named process and of each of its threads (by thread name)."""
-    procs, threads = {}, {}
+    """CPU seconds so far of each named process and of each of its threads (by thread name),
+    and each process's major page faults so far."""
+    procs, threads, faults = {}, {}, {}
     for name, pid in pids.items():
         procs[name] = _stat_cpu_s(f"/proc/{pid}/stat")
+        faults[name] = _stat_major_faults(f"/proc/{pid}/stat")
         per = {}
         for tid, comm in _thread_names(pid).items():
             cpu = _stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
             if cpu is not None:
                 per[f"{comm}[{tid}]"] = cpu
         threads[name] = per
-    return {"procs": procs, "threads": threads}
+    return {"procs": procs, "threads": threads, "major_faults": faults}
 
 
 def cpu_per_sim_second(before: dict, after: dict, sim_seconds: float | None) -> tuple[dict, dict]:
@@ -681,6 +701,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             result["probe_gc_max_ms"] = round(max(inside), 3) if inside else 0.0
             result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
                 cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
+            result["ros_major_faults"] = major_faults(cpu_before or cpu_after, cpu_after)
             result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")

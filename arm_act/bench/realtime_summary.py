@@ -45,7 +45,8 @@ def summarize(report: dict) -> list[str]:
         f"  camera pair -> first command p50 {r['obs_to_command_ms_p50']:.2f} ms p99 "
         f"{r['obs_to_command_ms_p99']:.2f} ms; pairs {r.get('camera_pairs')}, inferred "
         f"{r.get('camera_pairs_inferred')}; node inference p50 {r.get('ros_node_inference_ms_p50')} ms",
-        f"  CPU s per sim s: {r.get('ros_cpu_s_per_sim_s')}",
+        f"  CPU s per sim s: {r.get('ros_cpu_s_per_sim_s')}"
+        + (f"; major page faults {r['ros_major_faults']}" if "ros_major_faults" in r else ""),
     ]
     if "missed_ticks_sim_sent" in r:  # results from before these fields print as they did
         lines[3:3] = [
