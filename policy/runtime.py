@@ -173,8 +173,13 @@ class PolicyRuntime:
         self.execution = execution
         reference = normalizer.image_reference
         self.colour_balance = None
-        if colour_balance and reference is not None and reference["camera"] in self.config.cameras:
-            self.colour_balance = ColourBalance(self.config.cameras.index(reference["camera"]), reference["median"])
+        if colour_balance and reference is not None:
+            if reference["camera"] in self.config.cameras:
+                self.colour_balance = ColourBalance(self.config.cameras.index(reference["camera"]),
+                                                    reference["median"])
+            else:
+                logger.warning("colour balance off: the colour reference is of camera %r, the policy's cameras "
+                               "are %s", reference["camera"], list(self.config.cameras))
         self._instruction: str | None = None
         self._ids = self._ids_mask = None
         self.requested_backend = backend

@@ -135,7 +135,7 @@ def test_training_saves_the_fixed_cameras_median_colour():
     assert fit_normalizer(episodes, ("front", "wrist")).image_reference is None
 
 
-def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can():
+def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can(caplog):
     config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1, decoder_layers=1,
                           chunk_size=4)
     model = ACTPolicy(config)
@@ -153,3 +153,4 @@ def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can():
                                np.array([0.58, 0.53, 0.47]) / (np.round(TABLE * 0.6) / 255), rtol=0.02)
     other = _normalizer().with_image_reference("side", [0.58, 0.53, 0.47])  # a camera the policy has not
     assert PolicyRuntime(model, other).colour_balance is None
+    assert "colour balance off: the colour reference is of camera 'side'" in caplog.text
