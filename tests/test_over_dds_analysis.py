@@ -88,6 +88,18 @@ def test_a_skipped_command_is_counted_by_every_figure():
                                  "machine": {"load_average_1m_start": 1.0}}))
     assert "control periods with no new arm command 1" in lines
     assert "target missed_ticks_at_sim == 0: 1 -> NOT met" in lines
+    assert "target missed_ticks_sim_sent == 0: 1 -> NOT met" in lines
+
+
+@pytest.mark.unit
+def test_the_sim_time_target_is_counted_in_publication_order_not_receipt_order():
+    result = _run(late_clock_ticks=(30, 70))
+    lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+                                 "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                 "machine": {"load_average_1m_start": 1.0}}))
+    assert "target missed_ticks_sim_sent == 0: 0 -> met" in lines  # the receipt-order artefact is no miss
+    assert "target missed_ticks_sim == " not in lines
+    assert "commands received before their tick's /clock 2" in lines  # still shown
 
 
 @pytest.mark.unit
@@ -105,6 +117,7 @@ def test_sim_figures_are_null_without_sim_diagnostics_and_old_results_print_as_b
                obs_to_command_ms_p99=24.0, machine={"load_average_1m_start": 1.0})
     lines = "\n".join(summarize(old))
     assert "at sim_node" not in lines and "missed_ticks_at_sim" not in lines
+    assert "target missed_ticks_sim == 0: 0 -> met" in lines  # old results: the figure they have
 
 
 @pytest.mark.unit

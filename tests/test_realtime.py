@@ -159,6 +159,37 @@ def test_lock_memory_locks_the_process_pages():
     assert int(locked) > 1000, out.stdout  # kB locked: the interpreter's own pages at least
 
 
+@pytest.mark.unit
+def test_lock_process_memory_warns_once_and_carries_on_when_refused(monkeypatch):
+    calls = []
+
+    def refuse():
+        calls.append(1)
+        return False, "mlockall failed: Cannot allocate memory (raise ulimit -l / limits.conf memlock, ...)"
+    monkeypatch.setattr(realtime, "lock_memory", refuse)
+    monkeypatch.setattr(realtime, "_memory_locked", False)
+    monkeypatch.setattr(realtime, "_enabled", False)
+    assert realtime.lock_process_memory(_Logger()) is None and not calls  # outside the executables: nothing
+    monkeypatch.setattr(realtime, "_enabled", True)
+    log = _Logger()
+    assert realtime.lock_process_memory(log) is False
+    assert log.lines == [("warning", "lock_memory: mlockall failed: Cannot allocate memory (raise ulimit -l / "
+                                     "limits.conf memlock, ...); the process carries on with its memory unlocked")]
+    assert not realtime.memory_locked()
+    monkeypatch.setattr(realtime, "lock_memory", lambda: (True, ""))
+    log = _Logger()
+    assert realtime.lock_process_memory(log) is True and realtime.memory_locked()
+    assert log.lines == [("info", "process memory locked (mlockall MCL_CURRENT | MCL_FUTURE)")]
+    assert realtime.lock_process_memory(log) is True and len(log.lines) == 1  # once per process
+
+
+def _locked_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmLck:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmLck in /proc/{pid}/status")
+
+
 # ---------------------------------------------------------------- the node executables
 def _threads(pid: int) -> dict[str, tuple[int, int]]:
     """comm -> (policy, rt_priority) of every thread of a process, from /proc."""
@@ -237,13 +268,20 @@ def test_sim_node_puts_its_sim_loop_on_sched_fifo_as_launch_starts_it(ros_contex
         "untuned": _Node(tmp_path, "untuned", "sim_node", "sim.yaml", {"seed": 0},
                          _env(ros_context, ARM_ACT_REALTIME_TUNING="0")),
         "bad": _Node(tmp_path, "bad", "sim_node", "sim.yaml", {"thread_priority": 120}, env),
-        "lockstep": _Node(tmp_path, "lockstep", "sim_node", "sim.yaml", {"mode": "lockstep"}, env),
+        "lockstep": _Node(tmp_path, "lockstep", "sim_node", "sim.yaml", {"mode": "lockstep", "lock_memory": "true"},
+                          env),
+        "locked": _Node(tmp_path, "locked", "sim_node", "sim.yaml", {"lock_memory": "true"}, env),
     }
     try:
         # Each sim_loop logs "waiting for a controller" right after its scheduling is set.
-        for label in ("rt", "zero", "untuned", "lockstep"):
+        for label in ("rt", "zero", "untuned", "lockstep", "locked"):
             _wait_for(lambda n=nodes[label]: "waiting for a controller" in n.text(), 60,
                       f"sim_node ({label}) to start", nodes.values())
+        # lock_memory (default off): the whole process in RAM, PyBullet and rclpy included;
+        # lockstep has no deadline, so nothing is locked there.
+        assert "process memory locked" in nodes["locked"].text()
+        assert _locked_kb(nodes["locked"].proc.pid) > 100_000
+        assert _locked_kb(nodes["rt"].proc.pid) == 0 and _locked_kb(nodes["lockstep"].proc.pid) == 0
         rt = _threads(nodes["rt"].proc.pid)
         assert rt["sim_loop"] == (os.SCHED_FIFO, 42)
         assert rt["main"] == (os.SCHED_FIFO, 41)  # the executor thread (command callbacks), below the tick
@@ -264,7 +302,7 @@ def test_sim_node_puts_its_sim_loop_on_sched_fifo_as_launch_starts_it(ros_contex
     finally:
         for node in nodes.values():
             node.stop()
-    for label in ("rt", "zero", "untuned", "lockstep"):
+    for label in ("rt", "zero", "untuned", "lockstep", "locked"):
         assert nodes[label].proc.returncode == 0, nodes[label].text()[-2000:]
 
 

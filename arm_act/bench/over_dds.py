@@ -83,6 +83,8 @@ threads, like the nodes', stay on the normal scheduler.) ARM_ACT_REALTIME_TUNING
 for the probe as for the nodes. `ros_sched_fifo_threads` records, per process, every thread
 that was on SCHED_FIFO during the window ("name[tid]": priority, read from /proc), so a result
 says under which scheduling it was made; `ros_thread_priority` is what was asked for.
+Memory: `ros_lock_memory` is the nodes' lock_memory asked for (None: the yaml files'), and
+`ros_locked_memory_mb` what each process had locked in RAM at the end (VmLck).
 """
 from __future__ import annotations
 
@@ -251,6 +253,20 @@ def _stat_major_faults(path: str) -> int | None:
     except OSError:
         return None
     return int(text[text.rindex(")") + 2:].split()[9])
+
+
+def locked_memory_mb(pids: dict[str, int]) -> dict[str, float | None]:
+    """Per named process, the memory it has locked in RAM now (VmLck of /proc/<pid>/status, MB)."""
+    out = {}
+    for name, pid in pids.items():
+        out[name] = None
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmLck:"):
+                    out[name] = round(int(line.split()[1]) / 1024, 1)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
 
 
 def major_faults(before: dict, after: dict) -> dict[str, int]:
@@ -588,12 +604,13 @@ class _InProcess:
 def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, seconds: float,
                              logs: Path, domain_id: int | None = None,
                              camera_rate: int | None = None, arrangement: str = "processes",
-                             thread_priority: int | None = None,
+                             thread_priority: int | None = None, lock_memory: bool | None = None,
                              policy_overrides: dict | None = None) -> dict[str, Any]:
     """Run sim_node + policy_node for `seconds` of wall time after warm-up; see the module
     docstring for what is measured. camera_rate: default sim.yaml's. thread_priority: the
     nodes' and the probe's SCHED_FIFO priority (default policy.yaml's; 0: the normal
-    scheduler). policy_overrides: more policy_node parameters (e.g. inference_thread_priority).
+    scheduler). lock_memory: both nodes' lock_memory parameter (default the yaml files').
+    policy_overrides: more policy_node parameters (e.g. inference_thread_priority).
     arrangement:
     "processes" (as `arm-act demo` and launch run them) or "single" (both nodes in this
     process, sharing its GIL with each other and the probe)."""
@@ -646,6 +663,8 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             dds.spin(probe.node, target=spin_probe, name="bench_probe")
             common = {"use_sim_time": True, "mode": "realtime", "control_rate": CONTROL_RATE,
                       "thread_priority": thread_priority}
+            if lock_memory is not None:
+                common["lock_memory"] = lock_memory
             policy_params = {**common, "checkpoint": str(checkpoint), "backend": backend, "torch_threads": threads,
                              "publish_attention": False, **(policy_overrides or {})}
             sim_params = {**common, "real_time_factor": 1.0, "seed": 0, "blocks": "3-3", "episodes": 0,
@@ -703,6 +722,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
             result["ros_major_faults"] = major_faults(cpu_before or cpu_after, cpu_after)
             result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
+            result["ros_locked_memory_mb"] = locked_memory_mb(pids)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:
@@ -712,4 +732,4 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 sys.setswitchinterval(switch_interval)
                 gc.unfreeze()
     return {**result, "ros_camera_rate_hz": camera_rate, "ros_backend": backend, "ros_arrangement": arrangement,
-            "ros_thread_priority": thread_priority, "ros_realtime_tuning": tuning}
+            "ros_thread_priority": thread_priority, "ros_realtime_tuning": tuning, "ros_lock_memory": lock_memory}

@@ -309,7 +309,8 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
               backend: str = "auto", ros: bool = True, domain_id: int | None = None,
               progress: Callable[[str], None] | None = None, arrangement: str = "processes",
               ros_seconds: float | None = None, camera_rate: int | None = None,
-              ros_only: bool = False, thread_priority: int | None = None) -> dict[str, Any]:
+              ros_only: bool = False, thread_priority: int | None = None,
+              lock_memory: bool | None = None) -> dict[str, Any]:
     """Every measurement, as one flat JSON-ready dict (see benchmarks/README.md).
     ros_seconds / camera_rate: the DDS run's length (default the trials') and camera rate
     (default sim.yaml's). ros_only: only the DDS run (the other fields are null); backend
@@ -318,7 +319,8 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
         return run_ros_only(checkpoint=checkpoint, default_checkpoint=default_checkpoint, threads=threads,
                             backend=backend, domain_id=domain_id, progress=progress, arrangement=arrangement,
                             seconds=ros_seconds if ros_seconds is not None else FULL.ros_seconds,
-                            camera_rate=camera_rate, quick=quick, thread_priority=thread_priority)
+                            camera_rate=camera_rate, quick=quick, thread_priority=thread_priority,
+                            lock_memory=lock_memory)
     from arm_act.policy.budget import measure_matmul_gflops
 
     trials = QUICK if quick else FULL
@@ -359,7 +361,8 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
             report.update(measure_control_over_dds(policy.checkpoint, backend=chosen, threads=threads,
                                                    seconds=trials.ros_seconds, domain_id=domain_id,
                                                    logs=scratch, arrangement=arrangement,
-                                                   camera_rate=camera_rate, thread_priority=thread_priority))
+                                                   camera_rate=camera_rate, thread_priority=thread_priority,
+                                                   lock_memory=lock_memory))
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     return report
 
@@ -367,7 +370,7 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
 def run_ros_only(*, checkpoint: Path | None, default_checkpoint: Path, threads: int, backend: str,
                  domain_id: int | None, progress: Callable[[str], None] | None, arrangement: str,
                  seconds: float, camera_rate: int | None, quick: bool = False,
-                 thread_priority: int | None = None) -> dict[str, Any]:
+                 thread_priority: int | None = None, lock_memory: bool | None = None) -> dict[str, Any]:
     """Only the policy node over DDS (arm_act/bench/over_dds.py), as one flat dict."""
     from arm_act.bench.over_dds import measure_control_over_dds
 
@@ -389,6 +392,6 @@ def run_ros_only(*, checkpoint: Path | None, default_checkpoint: Path, threads: 
         report.update(measure_control_over_dds(policy.checkpoint, backend=chosen, threads=threads,
                                                seconds=seconds, domain_id=domain_id, logs=scratch,
                                                arrangement=arrangement, camera_rate=camera_rate,
-                                               thread_priority=thread_priority))
+                                               thread_priority=thread_priority, lock_memory=lock_memory))
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     return report

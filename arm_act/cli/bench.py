@@ -56,6 +56,9 @@ def configure(parser) -> None:
     parser.add_argument("--thread-priority", type=int, default=None,
                         help="DDS run: SCHED_FIFO priority of the nodes' deadline threads and the probe's "
                              "(default policy.yaml's 50; 0: the normal scheduler)")
+    parser.add_argument("--lock-memory", choices=("yes", "no"), default=None,
+                        help="DDS run: both nodes' lock_memory parameter (mlockall at start; default the "
+                             "yaml files')")
     parser.add_argument("--ros-only", action="store_true",
                         help="only the DDS run (inference, rendering and loop fields are absent)")
 
@@ -143,6 +146,7 @@ def run(args) -> int:
                            ros=not args.no_ros, domain_id=args.domain_id, arrangement=args.arrangement,
                            ros_seconds=args.ros_seconds, camera_rate=args.camera_rate, ros_only=args.ros_only,
                            thread_priority=args.thread_priority,
+                           lock_memory=None if args.lock_memory is None else args.lock_memory == "yes",
                            progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     except CheckpointError as exc:
         raise CommandError(str(exc)) from None

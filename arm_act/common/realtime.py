@@ -50,10 +50,12 @@ import threading
 
 SWITCH_INTERVAL_S = 0.0005
 DEFAULT_THREAD_PRIORITY = 50  # ros2_control's controller_manager thread_priority default
+DEFAULT_LOCK_MEMORY = False  # the nodes' lock_memory parameter (docs/architecture.md, "Late ticks and the host")
 MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
 _enabled = False
 _settled = False
 _warned = False
+_memory_locked = False
 
 
 def tuning_disabled() -> bool:
@@ -189,6 +191,28 @@ def lock_memory() -> tuple[bool, str]:
         return False, f"mlockall unavailable: {exc}"
     hint = " (raise ulimit -l / limits.conf memlock, or --cap-add IPC_LOCK)" if err in (1, 12) else ""
     return False, f"mlockall failed: {os.strerror(err)}{hint}"
+
+
+def lock_process_memory(logger=None) -> bool | None:
+    """For the nodes' `lock_memory` parameter, where enable() ran (the executables; None
+    elsewhere): lock_memory() once per process, one info line when it worked, one warning
+    saying why when the system refuses (the node carries on with its memory unlocked)."""
+    global _memory_locked
+    if not _enabled:
+        return None
+    if not _memory_locked:
+        ok, why = lock_memory()
+        _memory_locked = ok
+        if logger is not None:
+            if ok:
+                logger.info("process memory locked (mlockall MCL_CURRENT | MCL_FUTURE)")
+            else:
+                logger.warning(f"lock_memory: {why}; the process carries on with its memory unlocked")
+    return _memory_locked
+
+
+def memory_locked() -> bool:
+    return _memory_locked
 
 
 def realtime_thread(priority: int, what: str, logger=None, reception_threads: bool = False) -> Scheduling | None:

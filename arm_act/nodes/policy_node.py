@@ -61,6 +61,7 @@ from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.scheduling import (
     AUTOMATIC_PRIORITY,
     inference_priority_for,
+    lock_memory_descriptor,
     normal_when_unpaced,
     read_priority,
     thread_priority_descriptor,
@@ -79,7 +80,7 @@ CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "lat
                         "regrasps", "regrasp_retry", "colour_balance", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
-                    "inference_thread_priority")
+                    "inference_thread_priority", "lock_memory")
 MAX_IMAGE_PIXELS = 4096 * 4096
 JOINT_HISTORY = 16  # realtime: joint states kept by stamp (0.16 s at 100 Hz) to pair camera pairs with
 
@@ -137,6 +138,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("inference_thread_priority", AUTOMATIC_PRIORITY,
                 thread_priority_descriptor("the inference thread, below thread_priority; -1: thread_priority - 10",
                                            automatic=True))
+        declare("lock_memory", realtime.DEFAULT_LOCK_MEMORY, lock_memory_descriptor())
         self.thread_priority = read_priority(self)
         self.inference_priority = read_priority(self, "inference_thread_priority",
                                                 automatic=inference_priority_for(self.thread_priority))
@@ -145,6 +147,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
                              f"thread_priority {self.thread_priority}: the control tick preempts inference")
         self.thread_priority, self.inference_priority = normal_when_unpaced(
             self, self.mode == "realtime", self.thread_priority, self.inference_priority)
+        if self.mode == "realtime" and self.get_parameter("lock_memory").value:
+            realtime.lock_process_memory(self.get_logger())  # before the model loads (MCL_FUTURE takes it too)
         for name in LIVE_PARAMETERS:
             reason = check_live_value(name, self.get_parameter(name).value)
             if reason:
@@ -658,6 +662,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 "rejected_messages": str(rejections(self).total),
                 "chunks": str(self.chunk_count),
                 "commands": str(self.commands_published),
+                "memory_locked": str(realtime.memory_locked()).lower(),
             }
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)

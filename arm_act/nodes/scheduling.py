@@ -29,6 +29,14 @@ def thread_priority_descriptor(what: str, automatic: bool = False) -> ParameterD
         integer_range=[IntegerRange(from_value=AUTOMATIC_PRIORITY if automatic else 0, to_value=high, step=1)])
 
 
+def lock_memory_descriptor() -> ParameterDescriptor:
+    return ParameterDescriptor(
+        description="Lock the process's memory in RAM at start (mlockall, as ros2_control_node's lock_memory), "
+                    "so the kernel's reclaim never takes a page the deadline thread then faults back in. "
+                    "Realtime only; fixed at start; needs root, CAP_IPC_LOCK or a memlock limit, else a warning",
+        read_only=True)
+
+
 def read_priority(node, name: str = "thread_priority", automatic: int | None = None) -> int:
     """The declared parameter's value, checked (ValueError with the reason); -1 is `automatic`
     where one is given."""

@@ -35,7 +35,12 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
-from arm_act.nodes.scheduling import normal_when_unpaced, read_priority, thread_priority_descriptor
+from arm_act.nodes.scheduling import (
+    lock_memory_descriptor,
+    normal_when_unpaced,
+    read_priority,
+    thread_priority_descriptor,
+)
 from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -107,6 +112,7 @@ class SimNode(Node):
         # SCHED_FIFO priority of the sim_loop thread (ros2_control's thread_priority; 0: normal).
         self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
                                thread_priority_descriptor("the sim_loop thread"))
+        self.declare_parameter("lock_memory", realtime.DEFAULT_LOCK_MEMORY, lock_memory_descriptor())
 
         def param(name):
             return self.get_parameter(name).value
@@ -196,8 +202,10 @@ class SimNode(Node):
         # and the wall time the last env.reset took (the hold before a reset runs that far ahead).
         self._pace_ref: tuple[float, float] | None = None
         self._reset_wall_s = 0.0
-        (self.thread_priority,) = normal_when_unpaced(self, self.mode == "realtime" and self.real_time_factor > 0,
-                                                      self.thread_priority)
+        paced = self.mode == "realtime" and self.real_time_factor > 0
+        (self.thread_priority,) = normal_when_unpaced(self, paced, self.thread_priority)
+        if paced and param("lock_memory"):
+            realtime.lock_process_memory(self.get_logger())
         self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
         self._thread.start()
         # The executor thread (this one, in the executable) runs the command callbacks, which hold
@@ -610,7 +618,8 @@ class SimNode(Node):
                   "rejected_messages": str(rejections(self).total),
                   "control_periods": str(self.control_periods),
                   "periods_without_command": str(self.periods_without_command),
-                  "extra_commands": str(self.extra_commands)}
+                  "extra_commands": str(self.extra_commands),
+                  "memory_locked": str(realtime.memory_locked()).lower()}
         level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
         message = ("waiting for " + "; ".join(waiting)) if waiting else self.state
         status = DiagnosticStatus(level=level, name=f"{self.get_name()}: sim", message=message, hardware_id="arm_act",
