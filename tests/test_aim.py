@@ -5,6 +5,8 @@ shipped checkpoint, an episode whose grasp misses without the correction and suc
 with it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +19,8 @@ from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, CommandLimiter
 from arm_act.policy.selection import ActionSelector
 from arm_act.sim.backend import Backend, panda_urdf_path
 from arm_act.sim.robot import HOME, Panda
+
+BY_HAND = Path(__file__).resolve().parents[1] / "checkpoints" / "by_hand"  # a known grasp miss, below
 
 RATE = 50.0
 OPEN, CLOSED = 0.04, 0.0
@@ -309,15 +313,16 @@ def test_a_missed_grasp_reopens_and_drops_the_chunks_that_carry_it_on(kinematics
 # ------------------------------------------------------------------ closed loop, shipped checkpoint
 @pytest.mark.e2e
 def test_a_grasp_the_chunks_miss_succeeds_with_the_aim_correction(capsys):
-    """Seed 100035 (2 blocks): the shipped checkpoint's chunks come down 2.1-2.7 cm short of
-    the green block and close on nothing, while its target head places the block within
-    0.3-1.3 cm. `arm-act eval` runs it with the correction (the default) and with --no-aim."""
+    """Seed 100035 (2 blocks): the hand-made checkpoint's chunks (checkpoints/by_hand, the
+    shipped one until 4 December 2026, with which the aim correction was built) come down
+    2.1-2.7 cm short of the green block and close on nothing, while its target head places
+    the block within 0.3-1.3 cm. `arm-act eval` runs it with the correction (the default) and
+    with --no-aim."""
     import json
 
     from arm_act.cli import main as cli
-    from arm_act.common.paths import default_checkpoint
 
-    args = ["eval", "--policy", str(default_checkpoint()), "--episodes", "1", "--seed", "100035",
+    args = ["eval", "--policy", str(BY_HAND), "--episodes", "1", "--seed", "100035",
             "--threads", "1", "--latency-ticks", "1", "--time-limit", "8", "--json"]
     records = {}
     for extra in ([], ["--no-aim"]):

@@ -4,6 +4,8 @@ chunks, and, in closed loop with the shipped checkpoint, a pushed block that the
 own retries never grasp and the reflex does."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -192,7 +194,6 @@ def test_a_pushed_block_the_chunks_never_grasp_is_grasped_by_the_reflex():
     the chunks retrying, the three reopened grasps close beside the block and the episode times
     out; with the reflex the first retry holds it and the block reaches the box."""
     from arm_act.common.episodes import episode_spec, parse_blocks
-    from arm_act.common.paths import default_checkpoint
     from arm_act.eval.in_process import PolicyAgent
     from arm_act.policy.runtime import PolicyRuntime
     from arm_act.sim import ArmEnv
@@ -200,7 +201,9 @@ def test_a_pushed_block_the_chunks_never_grasp_is_grasped_by_the_reflex():
     from arm_act.sim.perturb import perturbation
     from arm_act.sim.rollout import run_episode
 
-    runtime = PolicyRuntime.from_checkpoint(default_checkpoint(), threads=1)
+    # checkpoints/by_hand: the shipped checkpoint until 4 December 2026, with which the reflex
+    # was built; pushed seed 400017 is a known first-grasp miss of it.
+    runtime = PolicyRuntime.from_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "by_hand", threads=1)
     spec = episode_spec(17, 400000, parse_blocks("2-5"))
     results = {}
     with ArmEnv(SimConfig(), perturbation=perturbation("push")) as env:
