@@ -28,7 +28,7 @@ def counts(directory: Path) -> list[tuple[str, int, int]]:
         name = str(path.relative_to(directory).with_suffix(""))
         if "rows" in data:  # a robustness table: the policy's side of each world
             for row in data["rows"]:
-                regrasp = row["policy"].get("regrasp")
+                regrasp = (row.get("policy") or {}).get("regrasp")  # absent in an expert-only table
                 if regrasp:
                     rows.append((f"{name}: {row['variant']}", regrasp["missed_first_grasp"],
                                  regrasp["succeeded_after_miss"]))
@@ -39,7 +39,8 @@ def counts(directory: Path) -> list[tuple[str, int, int]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_dir():
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: python benchmarks/regrasp_count.py RESULTS_DIR (a directory of run_aim.sh results)",
+              file=sys.stderr)
         return 2
     rows = counts(Path(argv[0]))
     for name, missed, recovered in rows:
