@@ -10,7 +10,8 @@
 #      real dataset of 20 expert episodes (collected into a temporary directory)
 #      -> benchmarks/results/train_speed.json
 # sim_node and policy_node run as separate processes, as launch runs them (arm-act bench
-# --arrangement processes). Each JSON holds: control periods on both clocks (p50/p99),
+# --arrangement processes), with the yaml files' settings (SCHED_FIFO 50, lock_memory true;
+# --lock-memory no as an extra argument measures them unlocked). Each JSON holds: control periods on both clocks (p50/p99),
 # missed ticks on both clocks, camera pair -> first command from it (p50/p99), the
 # real-time factor, and CPU seconds per sim second of each process and of its busiest threads.
 #

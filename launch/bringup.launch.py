@@ -64,6 +64,10 @@ def generate_launch_description():
         DeclareLaunchArgument("thread_priority", default_value="50",
                               description="SCHED_FIFO priority of sim_node's and policy_node's deadline "
                                           "threads (as ros2_control's); 0: the normal scheduler"),
+        DeclareLaunchArgument("lock_memory", default_value="true",
+                              description="lock sim_node's and policy_node's memory in RAM at start (mlockall, "
+                                          "as ros2_control_node's lock_memory); needs root, CAP_IPC_LOCK or "
+                                          "ulimit -l unlimited, else a warning"),
     ]
     environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
     sim = Node(
@@ -79,6 +83,7 @@ def generate_launch_description():
             "blocks": arg("blocks"),
             "wait_for_recorder": record,
             "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),
+            "lock_memory": ParameterValue(arg("lock_memory"), value_type=bool),
         }],
     )
     policy = LifecycleNode(
@@ -92,6 +97,7 @@ def generate_launch_description():
             "control_rate": ParameterValue(arg("control_rate"), value_type=int),
             "autostart": False,  # the transitions below drive it
             "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),
+            "lock_memory": ParameterValue(arg("lock_memory"), value_type=bool),
         }],
     )
     autostart = IfCondition(arg("autostart"))

@@ -5,6 +5,8 @@ import os
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arm_act.bench import over_dds
 from arm_act.bench.realtime_summary import summarize
@@ -23,7 +25,7 @@ class Probe:
         self.episode_end_sent_ns = []
 
 
-def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=(), steal=()):
+def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=(), steal=(), counters=()):
     """A 20 ms control loop over a 10 ms /clock, as the probe records it. Each tick's command
     is sent 3 ms after its /clock (source times: wall ns of the publisher). Normally the probe
     takes /clock then the command; for late_clock_ticks it takes the command first (another
@@ -58,7 +60,7 @@ def _run(late_clock_ticks=(), skipped_ticks=(), ticks=100, delayed_ticks=(), ste
             probe.sim_diagnostics.append((wall + 0.001, {
                 "periods_without_command": str(without), "extra_commands": "0",
                 "control_periods": str(max(tick, 0)), "sim_time": f"{sim_ns / 1e9:.3f}"}))
-    return over_dds.analyse(probe, start=10.0, end=10.0 + 2 * ticks * 0.010 + 0.02, steal=steal)
+    return over_dds.analyse(probe, start=10.0, end=10.0 + 2 * ticks * 0.010 + 0.02, steal=steal, counters=counters)
 
 
 @pytest.mark.unit
@@ -252,6 +254,54 @@ def test_analyse_counts_the_steal_around_its_late_periods():
                                         "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
                                         "machine": {"load_average_1m_start": 1.0}}))
     assert f"(the project's own): {result['late_periods_sampled']}" in quiet_lines
+
+
+@pytest.mark.unit
+def test_other_counters_are_matched_with_the_late_periods_too():
+    # Readings every 50 ms: policy_node's minor faults jump by 400 between 10.80 and 10.85 s
+    # (tick 40's late command), kdamond's CPU moves 1 ms every reading, sim_node's faults never.
+    times = [9.9 + 0.05 * i for i in range(60)]
+    counters = [(t, {"minor_faults:policy_node": 1000.0 + 400.0 * (t > 10.80), "kdamond_ms": 5.0 + i,
+                     "minor_faults:sim_node": 7.0, "minor_faults:gone": None}) for i, t in enumerate(times)]
+    result = _run(delayed_ticks=(40,), counters=counters)
+    got = result["late_period_counters"]
+    late = len(result["late_periods"])
+    assert late >= 1 and set(got) == {"minor_faults:policy_node", "kdamond_ms", "minor_faults:sim_node"}
+    assert got["minor_faults:policy_node"]["late_with"] == got["minor_faults:policy_node"]["late_sampled"] == late
+    assert 0 < got["minor_faults:policy_node"]["all_share"] < 0.05
+    assert got["minor_faults:policy_node"]["mean_late"] == 400.0
+    assert got["kdamond_ms"]["all_share"] == 1.0 and got["kdamond_ms"]["late_with"] == late
+    assert got["minor_faults:sim_node"]["late_with"] == 0 and got["minor_faults:sim_node"]["all_share"] == 0.0
+    assert _run(delayed_ticks=(40,))["late_period_counters"] is None  # no readings, no figures
+    lines = "\n".join(summarize({**result, "label": "x", "ros_camera_rate_hz": 10, "ros_backend": "onnx",
+                                  "obs_to_command_ms_p50": 20.0, "obs_to_command_ms_p99": 24.0,
+                                  "machine": {"load_average_1m_start": 1.0}}))
+    assert f"minor_faults:policy_node moved around {late} of {late} late periods" in lines
+
+
+@pytest.mark.unit
+@given(st.lists(st.tuples(st.floats(0, 100, allow_nan=False), st.floats(-1e6, 1e6, allow_nan=False)), max_size=30),
+       st.lists(st.tuples(st.floats(-10, 110, allow_nan=False), st.floats(0, 0.1)), max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_counters_near_late_never_fails_on_any_readings(readings, periods):
+    readings = sorted(readings)
+    spans = [(t, t + d) for t, d in periods]
+    got = over_dds.counters_near_late([(t, {"c": v}) for t, v in readings], spans, spans[:3])
+    if len(readings) < 2:
+        assert got == {}
+        return
+    c = got["c"]
+    assert 0 <= c["late_with"] <= c["late_sampled"] <= min(3, len(spans))
+    assert c["all_share"] is None or 0.0 <= c["all_share"] <= 1.0
+
+
+@pytest.mark.unit
+def test_the_late_counters_read_real_processes():
+    values = over_dds.late_counters_sample({"me": os.getpid(), "gone": 2**22 + 12345}, [])
+    assert values["minor_faults:me"] > 0 and values["minor_faults:gone"] is None and "kdamond_ms" not in values
+    kernel = over_dds._kernel_thread_pids()
+    if kernel:  # a kernel running DAMON: its threads' CPU is read too
+        assert over_dds.late_counters_sample({}, kernel)["kdamond_ms"] >= 0
 
 
 @pytest.mark.unit

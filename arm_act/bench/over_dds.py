@@ -54,6 +54,9 @@ steal_fraction the share of the machine's CPU time the hypervisor gave other gue
 late_periods_with_steal of late_periods_sampled (all of them, not only the first 50) had CPU
 time stolen during them, against periods_with_steal_share of all periods (steal_near_late): a
 late period with steal around it may be the host's doing, one without it is the project's.
+late_period_counters does the same for other counters read with the steal counter: each
+process's minor page faults (`minor_faults:NAME`) and the CPU ms of the kernel's DAMON threads
+(`kdamond_ms`), so a late period can be matched with what else moved around it.
 
 Observation to command: for the camera pair stamped s, from the wall time the probe has
 received both images of s to the first arm command the probe receives after the chunk
@@ -84,7 +87,8 @@ for the probe as for the nodes. `ros_sched_fifo_threads` records, per process, e
 that was on SCHED_FIFO during the window ("name[tid]": priority, read from /proc), so a result
 says under which scheduling it was made; `ros_thread_priority` is what was asked for.
 Memory: `ros_lock_memory` is the nodes' lock_memory asked for (None: the yaml files'), and
-`ros_locked_memory_mb` what each process had locked in RAM at the end (VmLck).
+`ros_locked_memory_mb` what each process had locked in RAM at the end (its resident locked
+pages, `Locked:` of /proc/PID/smaps_rollup).
 """
 from __future__ import annotations
 
@@ -119,7 +123,7 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
             "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction", "late_periods_with_steal",
             "late_periods_sampled", "periods_with_steal_share", "steal_ms_mean_late_period", "steal_ms_mean_period",
-            "steal_ms_max_per_sample")
+            "steal_ms_max_per_sample", "late_period_counters")
 
 
 def _key(stamp_ns: int) -> int:
@@ -255,14 +259,26 @@ def _stat_major_faults(path: str) -> int | None:
     return int(text[text.rindex(")") + 2:].split()[9])
 
 
+def _stat_minor_faults(path: str) -> int | None:
+    """Minor page faults so far (a page mapped without a read from disk) from a /proc/<pid>/stat
+    file (field 10)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[7])
+
+
 def locked_memory_mb(pids: dict[str, int]) -> dict[str, float | None]:
-    """Per named process, the memory it has locked in RAM now (VmLck of /proc/<pid>/status, MB)."""
+    """Per named process, the memory it has locked in RAM now, MB: its resident locked pages
+    (`Locked:` of /proc/<pid>/smaps_rollup). VmLck of /proc/<pid>/status would count whole
+    locked mappings, pages never touched included, which with MCL_ONFAULT are not in RAM."""
     out = {}
     for name, pid in pids.items():
         out[name] = None
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmLck:"):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Locked:"):
                     out[name] = round(int(line.split()[1]) / 1024, 1)
         except (OSError, ValueError, IndexError):
             pass
@@ -403,9 +419,11 @@ def _at_sim(samples: list[tuple[float, dict[str, str]]], start: float, end: floa
 
 
 def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE,
-            steal: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+            steal: Sequence[tuple[float, float]] = (),
+            counters: Sequence[tuple[float, dict[str, float | None]]] = ()) -> dict[str, Any]:
     """The figures from what the probe recorded between wall times start and end. steal:
-    (wall s, the machine's stolen CPU ms so far) read every STEAL_SAMPLE_S (steal_near_late)."""
+    (wall s, the machine's stolen CPU ms so far) read every STEAL_SAMPLE_S (steal_near_late);
+    counters: other readings taken with it (counters_near_late -> late_period_counters)."""
     nominal = 1e3 / control_rate
     with probe.lock:
         commands = list(probe.commands)
@@ -505,6 +523,7 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
         "ros_seconds": end - start, "ros_rtf": rtf, "ros_sim_seconds": sim_seconds,
         "ros_node_inference_ms_p50": _pct(inference, 50),
         **steal_near_late(steal, spans, late_spans),
+        "late_period_counters": counters_near_late(counters, spans, late_spans) if counters else None,
     }
 
 
@@ -516,6 +535,19 @@ def stolen_ms(times: list[int] | None) -> float | None:
     if not times or len(times) < 8:
         return None
     return times[7] * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def _near(times: np.ndarray, counts: np.ndarray, rows) -> tuple[int, int, float | None]:
+    """For spans (w0, w1) of wall s: how many had the counter move (its readings from the last
+    one before w0 to the first one after w1), of how many inside the sampled window, and the
+    mean it moved."""
+    amounts = []
+    for w0, w1 in rows:
+        i = int(np.searchsorted(times, w0, side="right")) - 1
+        j = int(np.searchsorted(times, w1, side="left"))
+        if 0 <= i and j < len(times):
+            amounts.append(float(counts[j] - counts[i]))
+    return sum(a > 0 for a in amounts), len(amounts), round(float(np.mean(amounts)), 2) if amounts else None
 
 
 def steal_near_late(steal: Sequence[tuple[float, float]], spans: Sequence[tuple[float, float]],
@@ -532,23 +564,60 @@ def steal_near_late(steal: Sequence[tuple[float, float]], spans: Sequence[tuple[
         return {}
     times = np.asarray([t for t, _ in steal])
     counts = np.asarray([ms for _, ms in steal])
-
-    def stolen(w0: float, w1: float) -> float | None:
-        i = int(np.searchsorted(times, w0, side="right")) - 1
-        j = int(np.searchsorted(times, w1, side="left"))
-        if i < 0 or j >= len(times):
-            return None  # outside the sampled window
-        return float(counts[j] - counts[i])
-
-    def with_steal(rows) -> tuple[int, int, float | None]:
-        amounts = [a for a in (stolen(w0, w1) for w0, w1 in rows) if a is not None]
-        return sum(a > 0 for a in amounts), len(amounts), round(float(np.mean(amounts)), 2) if amounts else None
-    late_hit, late_n, late_mean = with_steal(late_spans)
-    all_hit, all_n, all_mean = with_steal(spans)
+    late_hit, late_n, late_mean = _near(times, counts, late_spans)
+    all_hit, all_n, all_mean = _near(times, counts, spans)
     return {"late_periods_with_steal": late_hit, "late_periods_sampled": late_n,
             "periods_with_steal_share": round(all_hit / all_n, 4) if all_n else None,
             "steal_ms_mean_late_period": late_mean, "steal_ms_mean_period": all_mean,
             "steal_ms_max_per_sample": round(float(np.max(np.diff(counts))), 1)}
+
+
+def counters_near_late(samples: Sequence[tuple[float, dict[str, float | None]]], spans: Sequence[tuple[float, float]],
+                       late_spans: Sequence[tuple[float, float]]) -> dict[str, dict[str, Any]]:
+    """As steal_near_late for other counters read at the same times (samples: (wall s,
+    {name: value so far})): per counter, of the late periods how many saw it move
+    (`late_with`, of `late_sampled`), the share of all periods that did (`all_share`), and
+    the mean it moved around a late period and around any (`mean_late`, `mean_all`). A
+    counter that moves around most late periods and few others points at the cause."""
+    out = {}
+    names = sorted({n for _, values in samples for n in values})
+    for name in names:
+        rows = [(t, v[name]) for t, v in samples if v.get(name) is not None]
+        if len(rows) < 2:
+            continue
+        times = np.asarray([t for t, _ in rows])
+        counts = np.asarray([c for _, c in rows])
+        late_hit, late_n, late_mean = _near(times, counts, late_spans)
+        all_hit, all_n, all_mean = _near(times, counts, spans)
+        out[name] = {"late_with": late_hit, "late_sampled": late_n,
+                     "all_share": round(all_hit / all_n, 4) if all_n else None,
+                     "mean_late": late_mean, "mean_all": all_mean}
+    return out
+
+
+def _kernel_thread_pids(prefix: str = "kdamond") -> list[int]:
+    """The pids of the kernel threads whose name starts with prefix (DAMON's kdamond.N)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().startswith(prefix):
+                    out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def late_counters_sample(pids: dict[str, int], kernel_pids: Sequence[int]) -> dict[str, float | None]:
+    """One reading for counters_near_late: each named process's minor page faults so far
+    (`minor_faults:NAME`) and the CPU ms of the given kernel threads (`kdamond_ms`)."""
+    values: dict[str, float | None] = {}
+    for name, pid in pids.items():
+        values[f"minor_faults:{name}"] = _stat_minor_faults(f"/proc/{pid}/stat")
+    if kernel_pids:
+        cpu = [_stat_cpu_s(f"/proc/{pid}/stat") for pid in kernel_pids]
+        values["kdamond_ms"] = sum(c for c in cpu if c is not None) * 1e3
+    return values
 
 
 class _InProcess:
@@ -700,20 +769,25 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 pids["probe"] = os.getpid()
             cpu_before = sched = times_before = None
             steal: list[tuple[float, float]] = []  # (wall s, stolen ms): steal_near_late
+            counters: list[tuple[float, dict]] = []  # (wall s, readings): counters_near_late
+            kernel_pids = _kernel_thread_pids()
             while time.monotonic() < end:
                 children.check()
                 now = time.monotonic()
                 if cpu_before is None and now >= start:
                     cpu_before, times_before = cpu_snapshot(pids), cpu_times()
                     sched = sched_fifo_threads(pids)
-                if now >= start - STEAL_SAMPLE_S and (ms := stolen_ms(cpu_times())) is not None:
-                    steal.append((now, ms))
+                if now >= start - STEAL_SAMPLE_S:
+                    if (ms := stolen_ms(cpu_times())) is not None:
+                        steal.append((now, ms))
+                    counters.append((now, late_counters_sample(pids, kernel_pids)))
                 time.sleep(STEAL_SAMPLE_S)
             cpu_after, times_after = cpu_snapshot(pids), cpu_times()
             if (ms := stolen_ms(times_after)) is not None:
                 steal.append((time.monotonic(), ms))
+            counters.append((time.monotonic(), late_counters_sample(pids, kernel_pids)))
             gc.callbacks.remove(on_gc)
-            result = analyse(probe, start, end, steal=steal)
+            result = analyse(probe, start, end, steal=steal, counters=counters)
             inside = [ms for t, ms in gc_pauses if start <= t <= end]
             result["steal_fraction"] = steal_fraction(times_before, times_after)
             result["probe_gc_pauses"] = len(inside)

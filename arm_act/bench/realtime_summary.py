@@ -83,6 +83,11 @@ def summarize(report: dict) -> list[str]:
                          f"{r['late_periods_sampled']}; of all periods {100 * r['periods_with_steal_share']:.1f}%; "
                          f"{means}most stolen between two consecutive readings (every 50 ms) "
                          f"{r['steal_ms_max_per_sample']} ms")
+        for name, c in (r.get("late_period_counters") or {}).items():
+            if c.get("late_sampled"):
+                shown.append(f"    {name} moved around {c['late_with']} of {c['late_sampled']} late periods and "
+                             f"{100 * (c['all_share'] or 0):.1f}% of all; mean around a late period "
+                             f"{c['mean_late']}, around any {c['mean_all']}")
         lines[4:4] = shown
     for proc, threads in (r.get("ros_cpu_threads_s_per_sim_s") or {}).items():
         top = ", ".join(f"{k} {v:.3f}" for k, v in list(threads.items())[:4])

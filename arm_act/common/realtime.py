@@ -18,8 +18,12 @@
   without an rtprio limit) the call fails with EPERM: the result says why, the node logs one
   warning and carries on on the normal scheduler. Linux's RT throttling
   (/proc/sys/kernel/sched_rt_runtime_us, 95 % by default) keeps a runaway RT thread from
-  freezing the machine. lock_memory() is realtime_tools' lock_memory: mlockall(MCL_CURRENT |
-  MCL_FUTURE), so no page of the process is paged out and faulted back in on a deadline.
+  freezing the machine. lock_memory() is realtime_tools' lock_memory, mlockall(MCL_CURRENT |
+  MCL_FUTURE), with MCL_ONFAULT: no page the process has touched is paged out and faulted
+  back in on a deadline, and pages it never touches (most of libtorch, say) are not read in
+  just to be pinned. It refuses, with a reason, where RLIMIT_MEMLOCK is finite and the
+  process lacks CAP_IPC_LOCK: every later mapping counts against that limit, and an
+  allocation past it would fail in the middle of a run.
 
   A Python caveat: an RT thread that needs the GIL while another thread of the same process
   holds it waits for that thread (a priority inversion), about one switch interval (0.5 ms,
@@ -50,8 +54,9 @@ import threading
 
 SWITCH_INTERVAL_S = 0.0005
 DEFAULT_THREAD_PRIORITY = 50  # ros2_control's controller_manager thread_priority default
-DEFAULT_LOCK_MEMORY = False  # the nodes' lock_memory parameter (docs/architecture.md, "Late ticks and the host")
-MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
+DEFAULT_LOCK_MEMORY = True  # the nodes' lock_memory parameter (docs/architecture.md, "Late ticks and the host")
+MCL_CURRENT, MCL_FUTURE, MCL_ONFAULT = 1, 2, 4  # <sys/mman.h>
+CAP_IPC_LOCK = 14  # <linux/capability.h>
 _enabled = False
 _settled = False
 _warned = False
@@ -178,13 +183,48 @@ def set_thread_priority(priority: int) -> Scheduling:
     return Scheduling(requested=priority, policy=policy, priority=now, tid=tid, reason=failure)
 
 
+def memlock_refusal(limit: int | None = None, cap_eff: int | None = None) -> str:
+    """Why this process must not lock its future mappings ("" when it may): RLIMIT_MEMLOCK
+    (`limit`, bytes; default this process's soft limit) is finite and CAP_IPC_LOCK is not in
+    its effective capabilities (`cap_eff`, the CapEff mask; default /proc/self/status's), so
+    once the locked mappings reach the limit every further mmap (a new thread's stack, a grown
+    heap) would fail."""
+    import resource
+    if limit is None:
+        limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    if limit == resource.RLIM_INFINITY:
+        return ""
+    if cap_eff is None:
+        cap_eff = 0
+        try:
+            for line in open("/proc/self/status"):
+                if line.startswith("CapEff:"):
+                    cap_eff = int(line.split()[1], 16)
+        except (OSError, ValueError, IndexError):
+            pass
+    if cap_eff >> CAP_IPC_LOCK & 1:
+        return ""
+    return (f"the memlock limit is {limit / 2**20:g} MiB and the process lacks CAP_IPC_LOCK, so locking "
+            f"every future mapping would make allocations fail past it (ulimit -l unlimited / limits.conf "
+            f"memlock unlimited, or --cap-add IPC_LOCK)")
+
+
 def lock_memory() -> tuple[bool, str]:
-    """mlockall(MCL_CURRENT | MCL_FUTURE) for this process: (True, "") or (False, why not).
-    Every page mapped now and later stays in RAM (thread stacks included), so the process's
-    resident memory grows to what it maps."""
+    """mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) for this process: (True, "") or (False,
+    why not). Every page the process has mapped and touched, and every page it touches later,
+    stays in RAM (thread stacks included); pages it never touches are not read in. Refused,
+    with memlock_refusal()'s reason, where the memlock limit is finite and unprivileged.
+    Kernels before 4.4 lack MCL_ONFAULT (EINVAL): there it locks everything mapped, as
+    realtime_tools does."""
+    why = memlock_refusal()
+    if why:
+        return False, why
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        if libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:
+        if libc.mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == 0:
+            return True, ""
+        err = ctypes.get_errno()
+        if err == 22 and libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:  # EINVAL: no MCL_ONFAULT
             return True, ""
         err = ctypes.get_errno()
     except (OSError, AttributeError) as exc:
@@ -205,7 +245,7 @@ def lock_process_memory(logger=None) -> bool | None:
         _memory_locked = ok
         if logger is not None:
             if ok:
-                logger.info("process memory locked (mlockall MCL_CURRENT | MCL_FUTURE)")
+                logger.info("process memory locked (mlockall MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)")
             else:
                 logger.warning(f"lock_memory: {why}; the process carries on with its memory unlocked")
     return _memory_locked

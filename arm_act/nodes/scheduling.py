@@ -31,9 +31,10 @@ def thread_priority_descriptor(what: str, automatic: bool = False) -> ParameterD
 
 def lock_memory_descriptor() -> ParameterDescriptor:
     return ParameterDescriptor(
-        description="Lock the process's memory in RAM at start (mlockall, as ros2_control_node's lock_memory), "
-                    "so the kernel's reclaim never takes a page the deadline thread then faults back in. "
-                    "Realtime only; fixed at start; needs root, CAP_IPC_LOCK or a memlock limit, else a warning",
+        description="Lock the process's memory in RAM at start (mlockall with MCL_ONFAULT, as ros2_control_node's "
+                    "lock_memory), so the kernel's reclaim never takes a page the deadline thread then faults "
+                    "back in. Realtime only; fixed at start; needs root, CAP_IPC_LOCK or an unlimited memlock "
+                    "limit, else one warning and the process runs unlocked",
         read_only=True)
 
 
