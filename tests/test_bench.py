@@ -3,6 +3,7 @@ a sane type; no timing assertions: timings depend on the machine), and the analy
 the DDS probe's records on synthetic arrival times."""
 import json
 import math
+import os
 import threading
 
 import numpy as np
@@ -54,6 +55,17 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     # The host's steal, read every 50 ms of the DDS run, set beside its late periods.
     assert printed["late_periods_sampled"] >= printed["late_periods_with_steal"] >= 0
     assert 0.0 <= printed["periods_with_steal_share"] <= 1.0 and printed["steal_ms_mean_period"] >= 0.0
+    # Read with it: each process's minor faults (and DAMON's CPU where the kernel runs it).
+    counters = printed["late_period_counters"]
+    for name in ("sim_node", "policy_node", "probe"):
+        c = counters[f"minor_faults:{name}"]
+        assert 0 <= c["late_with"] <= c["late_sampled"] and 0.0 <= c["all_share"] <= 1.0, (name, c)
+    # Both nodes' garbage collections since they were ready, from their diagnostics, and the
+    # memory they locked (lock_memory is on by default; as root it is always permitted).
+    assert set(printed["ros_node_gc"]) == {"sim_node", "policy_node"}
+    assert all(v["pauses"] >= 0 and 0.0 <= v["max_ms"] < 1000 for v in printed["ros_node_gc"].values())
+    locked = printed["ros_locked_memory_mb"]
+    assert locked["probe"] == 0.0 and (os.geteuid() != 0 or min(locked["sim_node"], locked["policy_node"]) > 10)
     assert printed["inference_backend"] in ("torch", "onnx")
     assert printed["loop_backend"] == printed["inference_backend"] == printed["ros_backend"]
     # onnxruntime is a pinned requirement: the ONNX figure is measured, not skipped.

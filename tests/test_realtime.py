@@ -149,6 +149,32 @@ def test_realtime_thread_does_nothing_outside_the_executables_and_with_tuning_of
 
 
 @pytest.mark.unit
+def test_settle_times_every_garbage_collection_after_it(monkeypatch):
+    import gc
+
+    monkeypatch.setattr(realtime, "_enabled", True)
+    monkeypatch.setattr(realtime, "_settled", False)
+    monkeypatch.setattr(realtime, "_gc_pauses", {"count": 0, "total_ms": 0.0, "max_ms": 0.0, "full": 0,
+                                                 "full_max_ms": 0.0})
+    try:
+        realtime.settle()
+        assert realtime.gc_pauses()["count"] == 0
+        junk = [[i] for i in range(200_000)]  # something for the collection to walk
+        gc.collect()
+        del junk
+        gc.collect()
+        pauses = realtime.gc_pauses()
+        assert pauses["count"] >= 2 and 0.0 < pauses["max_ms"] <= pauses["total_ms"]
+        assert pauses["full"] >= 2 and 0.0 < pauses["full_max_ms"] <= pauses["max_ms"]  # gc.collect() is full
+        realtime.settle()  # once per process: no second callback
+        assert gc.callbacks.count(realtime._time_collection) == 1
+    finally:
+        while realtime._time_collection in gc.callbacks:
+            gc.callbacks.remove(realtime._time_collection)
+        gc.unfreeze()
+
+
+@pytest.mark.unit
 def test_lock_memory_locks_the_process_pages():
     # In a child: mlockall(MCL_FUTURE) would pin everything pytest maps from then on.
     code = ("from arm_act.common import realtime; ok, why = realtime.lock_memory(); "

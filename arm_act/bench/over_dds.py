@@ -88,7 +88,10 @@ that was on SCHED_FIFO during the window ("name[tid]": priority, read from /proc
 says under which scheduling it was made; `ros_thread_priority` is what was asked for.
 Memory: `ros_lock_memory` is the nodes' lock_memory asked for (None: the yaml files'), and
 `ros_locked_memory_mb` what each process had locked in RAM at the end (its resident locked
-pages, `Locked:` of /proc/PID/smaps_rollup).
+pages, `Locked:` of /proc/PID/smaps_rollup). `ros_node_gc`: each node's garbage collections
+since it was ready (`pauses`, the longest `max_ms`; of them the full ones, `full` and
+`full_max_ms`), from its newest diagnostics: a collection
+holds the GIL, so the longest bounds how late it could make the node's deadline thread.
 """
 from __future__ import annotations
 
@@ -123,7 +126,7 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
             "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction", "late_periods_with_steal",
             "late_periods_sampled", "periods_with_steal_share", "steal_ms_mean_late_period", "steal_ms_mean_period",
-            "steal_ms_max_per_sample", "late_period_counters")
+            "steal_ms_max_per_sample", "late_period_counters", "ros_node_gc")
 
 
 def _key(stamp_ns: int) -> int:
@@ -162,6 +165,7 @@ class _Probe:
         self.pairs: dict[int, dict[str, float]] = {}  # stamp key -> {camera: wall s}
         self.chunks: dict[int, float] = {}  # stamp key -> wall s
         self.inference_ms: list[tuple[float, float]] = []  # (wall s, node's inference ms)
+        self.node_gc: dict[str, dict[str, str]] = {}  # node -> its newest gc_pauses / gc_max_ms
         sub = self.node.create_subscription
         sub(Clock, "/clock", self.clock_callback, 10)
         sub(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.command_callback, 10)
@@ -196,6 +200,24 @@ class _Probe:
             if "periods_without_command" in values:
                 with self.lock:
                     self.sim_diagnostics.append((now, values))
+                    self._note_gc("sim_node", values)
+
+    def _note_gc(self, node: str, values: dict[str, str]) -> None:
+        if "gc_pauses" in values and "gc_max_ms" in values:
+            self.node_gc[node] = {k: values[k] for k in ("gc_pauses", "gc_max_ms", "gc_full", "gc_full_max_ms")
+                                  if k in values}
+
+    def node_gc_pauses(self) -> dict[str, dict[str, float]]:
+        """Each node's garbage collections since it settled, from its newest diagnostics."""
+        out = {}
+        with self.lock:
+            for node, v in self.node_gc.items():
+                try:
+                    out[node] = {"pauses": int(v["gc_pauses"]), "max_ms": float(v["gc_max_ms"]),
+                                 "full": int(v.get("gc_full", "0")), "full_max_ms": float(v.get("gc_full_max_ms", "0"))}
+                except ValueError:
+                    continue
+        return out
 
     def episode_callback(self, msg, info_) -> None:
         try:
@@ -223,6 +245,8 @@ class _Probe:
         now = time.monotonic()
         for status in msg.status:
             values = {kv.key: kv.value for kv in status.values}
+            with self.lock:
+                self._note_gc("policy_node", values)
             try:
                 ms = float(values.get("inference_ms", "nan"))
             except ValueError:
@@ -797,6 +821,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             result["ros_major_faults"] = major_faults(cpu_before or cpu_after, cpu_after)
             result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
             result["ros_locked_memory_mb"] = locked_memory_mb(pids)
+            result["ros_node_gc"] = probe.node_gc_pauses()
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:

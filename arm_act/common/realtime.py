@@ -51,6 +51,8 @@ import gc
 import os
 import sys
 import threading
+import time
+from pathlib import Path
 
 SWITCH_INTERVAL_S = 0.0005
 DEFAULT_THREAD_PRIORITY = 50  # ros2_control's controller_manager thread_priority default
@@ -92,13 +94,42 @@ def name_os_thread(name: str) -> None:
 
 
 def settle() -> None:
-    """Freeze the heap as it is (once per process, only after enable())."""
+    """Freeze the heap as it is (once per process, only after enable()), and from then on time
+    every garbage collection (gc_pauses)."""
     global _settled
     if not _enabled or _settled:
         return
     _settled = True
     gc.collect()
     gc.freeze()
+    gc.callbacks.append(_time_collection)
+
+
+_gc_pauses = {"count": 0, "total_ms": 0.0, "max_ms": 0.0, "full": 0, "full_max_ms": 0.0}
+_gc_started: float | None = None
+
+
+def _time_collection(phase: str, info: dict) -> None:
+    global _gc_started
+    if phase == "start":
+        _gc_started = time.perf_counter()
+    elif _gc_started is not None:
+        ms = (time.perf_counter() - _gc_started) * 1e3
+        _gc_started = None
+        _gc_pauses["count"] += 1
+        _gc_pauses["total_ms"] += ms
+        _gc_pauses["max_ms"] = max(_gc_pauses["max_ms"], ms)
+        if info.get("generation") == 2:  # a full collection: every object not frozen
+            _gc_pauses["full"] += 1
+            _gc_pauses["full_max_ms"] = max(_gc_pauses["full_max_ms"], ms)
+
+
+def gc_pauses() -> dict[str, float]:
+    """The garbage collections since settle(): how many, their total and the longest (ms), and
+    of them the full ones (generation 2); a collection stops every thread of the process that
+    needs the GIL, the deadline thread too. The nodes publish them in their diagnostics
+    (gc_pauses, gc_max_ms, gc_full, gc_full_max_ms)."""
+    return dict(_gc_pauses)
 
 
 # ---------------------------------------------------------------- real-time scheduling
@@ -197,7 +228,7 @@ def memlock_refusal(limit: int | None = None, cap_eff: int | None = None) -> str
     if cap_eff is None:
         cap_eff = 0
         try:
-            for line in open("/proc/self/status"):
+            for line in Path("/proc/self/status").read_text().splitlines():
                 if line.startswith("CapEff:"):
                     cap_eff = int(line.split()[1], 16)
         except (OSError, ValueError, IndexError):

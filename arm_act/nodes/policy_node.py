@@ -60,6 +60,7 @@ from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.scheduling import (
     AUTOMATIC_PRIORITY,
+    gc_values,
     inference_priority_for,
     lock_memory_descriptor,
     normal_when_unpaced,
@@ -663,6 +664,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 "chunks": str(self.chunk_count),
                 "commands": str(self.commands_published),
                 "memory_locked": str(realtime.memory_locked()).lower(),
+                **gc_values(),
             }
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)

@@ -29,6 +29,14 @@ def thread_priority_descriptor(what: str, automatic: bool = False) -> ParameterD
         integer_range=[IntegerRange(from_value=AUTOMATIC_PRIORITY if automatic else 0, to_value=high, step=1)])
 
 
+def gc_values() -> dict[str, str]:
+    """The process's garbage collections since it settled, for a node's diagnostics (all "0"
+    where realtime.settle() did not run: tests composing nodes in one process)."""
+    pauses = realtime.gc_pauses()
+    return {"gc_pauses": str(pauses["count"]), "gc_max_ms": f"{pauses['max_ms']:.3f}",
+            "gc_full": str(pauses["full"]), "gc_full_max_ms": f"{pauses['full_max_ms']:.3f}"}
+
+
 def lock_memory_descriptor() -> ParameterDescriptor:
     return ParameterDescriptor(
         description="Lock the process's memory in RAM at start (mlockall with MCL_ONFAULT, as ros2_control_node's "

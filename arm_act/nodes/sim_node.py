@@ -36,6 +36,7 @@ from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
 from arm_act.nodes.scheduling import (
+    gc_values,
     lock_memory_descriptor,
     normal_when_unpaced,
     read_priority,
@@ -619,7 +620,8 @@ class SimNode(Node):
                   "control_periods": str(self.control_periods),
                   "periods_without_command": str(self.periods_without_command),
                   "extra_commands": str(self.extra_commands),
-                  "memory_locked": str(realtime.memory_locked()).lower()}
+                  "memory_locked": str(realtime.memory_locked()).lower(),
+                  **gc_values()}
         level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
         message = ("waiting for " + "; ".join(waiting)) if waiting else self.state
         status = DiagnosticStatus(level=level, name=f"{self.get_name()}: sim", message=message, hardware_id="arm_act",
