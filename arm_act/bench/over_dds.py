@@ -126,7 +126,7 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
             "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction", "late_periods_with_steal",
             "late_periods_sampled", "periods_with_steal_share", "steal_ms_mean_late_period", "steal_ms_mean_period",
-            "steal_ms_max_per_sample", "late_period_counters", "ros_node_gc")
+            "steal_ms_max_per_sample", "late_period_counters", "ros_node_gc", "window_start_monotonic_s")
 
 
 def _key(stamp_ns: int) -> int:
@@ -812,6 +812,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             counters.append((time.monotonic(), late_counters_sample(pids, kernel_pids)))
             gc.callbacks.remove(on_gc)
             result = analyse(probe, start, end, steal=steal, counters=counters)
+            result["window_start_monotonic_s"] = round(start, 6)  # late_periods' at_s count from here
             inside = [ms for t, ms in gc_pauses if start <= t <= end]
             result["steal_fraction"] = steal_fraction(times_before, times_after)
             result["probe_gc_pauses"] = len(inside)

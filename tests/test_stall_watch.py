@@ -1,0 +1,59 @@
+"""benchmarks/stall_watch.py: per-CPU wake-up lateness beside a live-loop run, and the match
+of a bench run's late periods with the stalls around them."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("stall_watch", ROOT / "benchmarks" / "stall_watch.py")
+stall_watch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stall_watch)
+
+pytestmark = pytest.mark.unit
+
+
+def _stalls(*per_cpu):
+    return {"threshold_ms": 5.0, "cpus": [{"cpu": i, "fifo": True, "wakeups": 1000, "worst_ms": 50.0,
+                                           "stalls": rows} for i, rows in enumerate(per_cpu)]}
+
+
+def test_a_late_period_is_matched_with_the_stalls_that_overlap_it():
+    bench = {"window_start_monotonic_s": 100.0, "late_periods": [
+        {"at_s": 10.0, "received_ms": 60.0, "sent_ms": 59.0, "sim_ms": 40.0},   # 109.94 .. 110.0
+        {"at_s": 20.0, "received_ms": 31.0, "sent_ms": 20.0, "sim_ms": 20.0},   # 119.969 .. 120.0
+        {"at_s": 30.0, "received_ms": 35.0, "sent_ms": 35.0, "sim_ms": 40.0}]}  # 129.965 .. 130.0
+    # Both CPUs stopped ~45 ms inside the first; only CPU 1 in the second; none in the third
+    # (a stall of CPU 0 that ended before it began).
+    stalls = _stalls([(109.99, 45.0), (129.9, 8.0)], [(109.991, 46.0), (119.99, 12.0)])
+    lines = stall_watch.match(bench, stalls)
+    assert lines[0].startswith("late period at 10.0 s")
+    assert "every CPU stalled: CPU 0 45.0 ms, CPU 1 46.0 ms" in lines[0]
+    assert "stalls: CPU 1 12.0 ms" in lines[1] and "every CPU" not in lines[1]
+    assert lines[2].endswith("no stall on any CPU")
+    assert lines[3] == "CPU 0: 2 wake-ups over 5.0 ms late of 1000, worst 50.0 ms (SCHED_FIFO)"
+    with pytest.raises(SystemExit, match="window_start_monotonic_s"):
+        stall_watch.match({"late_periods": []}, stalls)
+
+
+@given(st.lists(st.tuples(st.floats(0, 100, allow_nan=False), st.floats(0.1, 500, allow_nan=False)), max_size=20),
+       st.floats(0, 100, allow_nan=False), st.floats(0, 1, allow_nan=False))
+@settings(max_examples=200, deadline=None)
+def test_overlapping_keeps_exactly_the_stalls_that_touch_the_span(rows, w0, length):
+    w1 = w0 + length
+    got = stall_watch.overlapping(_stalls(rows), w0, w1)
+    expected = [(0, at - ms / 1e3, ms) for at, ms in rows if at - ms / 1e3 < w1 and at > w0]
+    assert [(c, pytest.approx(s, abs=1e-3), m) for c, s, m in got] == expected
+
+
+def test_it_watches_every_cpu_for_real():
+    result = stall_watch.record(seconds=0.5, threshold_ms=5.0)
+    assert [row["cpu"] for row in result["cpus"]] == sorted(os.sched_getaffinity(0))
+    for row in result["cpus"]:
+        assert row["wakeups"] > 50 and row["worst_ms"] >= 0.0
+        assert all(ms > 5.0 for _, ms in row["stalls"])
