@@ -64,6 +64,8 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     # memory they locked (lock_memory is on by default; as root it is always permitted).
     assert set(printed["ros_node_gc"]) == {"sim_node", "policy_node"}
     assert all(v["pauses"] >= 0 and 0.0 <= v["max_ms"] < 1000 for v in printed["ros_node_gc"].values())
+    loop = printed["ros_sim_loop"]  # sim_node's own timing: a physics step and a render happened
+    assert loop["step_max_ms"] > 0 and loop["render_max_ms"] > 0 and loop["loop_late_max_ms"] >= 0
     locked = printed["ros_locked_memory_mb"]
     assert locked["probe"] == 0.0 and (os.geteuid() != 0 or min(locked["sim_node"], locked["policy_node"]) > 10)
     assert printed["inference_backend"] in ("torch", "onnx")

@@ -92,6 +92,9 @@ pages, `Locked:` of /proc/PID/smaps_rollup). `ros_node_gc`: each node's garbage 
 since it was ready (`pauses`, the longest `max_ms`; of them the full ones, `full` and
 `full_max_ms`), from its newest diagnostics: a collection
 holds the GIL, so the longest bounds how late it could make the node's deadline thread.
+`ros_sim_loop`: sim_node's own timing since its first episode (loop_late_max_ms, how late its
+loop reached a publication time at worst; loop_late_over_10ms, how often over 10 ms;
+step_max_ms and render_max_ms, its longest physics step and render of both cameras).
 """
 from __future__ import annotations
 
@@ -126,7 +129,8 @@ ROS_KEYS = ("control_period_p50_ms", "control_period_p99_ms", "missed_ticks",
             "control_period_wall_sent_p99_ms", "missed_ticks_wall_sent", "late_periods",
             "probe_gc_pauses", "probe_gc_max_ms", "steal_fraction", "late_periods_with_steal",
             "late_periods_sampled", "periods_with_steal_share", "steal_ms_mean_late_period", "steal_ms_mean_period",
-            "steal_ms_max_per_sample", "late_period_counters", "ros_node_gc", "window_start_monotonic_s")
+            "steal_ms_max_per_sample", "late_period_counters", "ros_node_gc", "window_start_monotonic_s",
+            "ros_sim_loop")
 
 
 def _key(stamp_ns: int) -> int:
@@ -644,6 +648,21 @@ def late_counters_sample(pids: dict[str, int], kernel_pids: Sequence[int]) -> di
     return values
 
 
+SIM_LOOP_KEYS = ("loop_late_max_ms", "loop_late_over_10ms", "step_max_ms", "render_max_ms")
+
+
+def sim_loop_timing(probe) -> dict[str, float] | None:
+    """sim_node's own loop timing from its newest diagnostics (since its first episode): how
+    late it reached a publication time at worst, how often over 10 ms, and its longest physics
+    step and render of both cameras (ms)."""
+    with probe.lock:
+        newest = probe.sim_diagnostics[-1][1] if probe.sim_diagnostics else {}
+    try:
+        return {k: float(newest[k]) for k in SIM_LOOP_KEYS} if all(k in newest for k in SIM_LOOP_KEYS) else None
+    except ValueError:
+        return None
+
+
 class _InProcess:
     """sim_node + policy_node composed in this process (one SingleThreadedExecutor on their
     own context), the arrangement the demo does NOT use: to measure it (docs/architecture.md, "Threading")."""
@@ -823,6 +842,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
             result["ros_locked_memory_mb"] = locked_memory_mb(pids)
             result["ros_node_gc"] = probe.node_gc_pauses()
+            result["ros_sim_loop"] = sim_loop_timing(probe)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:

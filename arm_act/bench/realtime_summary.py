@@ -54,7 +54,8 @@ def summarize(report: dict) -> list[str]:
         f"  CPU s per sim s: {r.get('ros_cpu_s_per_sim_s')}"
         + (f"; major page faults {r['ros_major_faults']}" if "ros_major_faults" in r else "")
         + (f"; memory locked (MB) {r['ros_locked_memory_mb']}" if "ros_locked_memory_mb" in r else "")
-        + (f"; garbage collections since ready {r['ros_node_gc']}" if r.get("ros_node_gc") else ""),
+        + (f"; garbage collections since ready {r['ros_node_gc']}" if r.get("ros_node_gc") else "")
+        + (f"; sim_node's loop {r['ros_sim_loop']}" if r.get("ros_sim_loop") else ""),
     ]
     if "missed_ticks_sim_sent" in r:  # results from before these fields print as they did
         lines[3:3] = [

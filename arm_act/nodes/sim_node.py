@@ -193,6 +193,9 @@ class SimNode(Node):
         self.control_periods = 0
         self.periods_without_command = 0
         self.extra_commands = 0
+        # Realtime, from the first episode on: how late the loop reached its publication times
+        # (_pace), and the longest physics step and render of both cameras (wall ms).
+        self.loop_timing = {"late_max_ms": 0.0, "late_over_10ms": 0, "step_max_ms": 0.0, "render_max_ms": 0.0}
         self._period_arm_count: int | None = None
         self._episode_arm_count = 0
         self._last_images: dict[str, np.ndarray] | None = None
@@ -386,7 +389,7 @@ class SimNode(Node):
             # and each episode's first command with it); the next hold makes the render
             # time up along with the reset's.
             started = time.monotonic()
-            self._prerendered = (0, self.env.render())
+            self._prerendered = (0, self._render())
             self._reset_wall_s += time.monotonic() - started
             self._pace()
         while not self._stop.is_set():
@@ -410,7 +413,7 @@ class SimNode(Node):
                 # as a position controller tracks its newest setpoint, instead of a whole
                 # control period late. (Lockstep has no steps between control ticks.)
                 self._apply_latest_command()
-            self.env.step()
+            self._step()
             step += 1
             self.sim_time = self.episode_start + step / self.step_rate
             status = self.env.status()
@@ -444,7 +447,7 @@ class SimNode(Node):
                     # The world does not change until the next env.step(), so this is the
                     # picture the tick would render; rendering it inside the slack keeps the
                     # tick's publication on the wall-clock schedule (docs/architecture.md, "Threading").
-                    self._prerendered = (step, self.env.render())
+                    self._prerendered = (step, self._render())
                 if deferred is not None:
                     deferred = self._publish_deferred(deferred)
                 if self._runs_ahead(step):
@@ -483,6 +486,23 @@ class SimNode(Node):
         self.joint_pub.publish(joints)
         return None
 
+    def _step(self) -> None:
+        started = time.perf_counter()
+        self.env.step()
+        self._note_ms("step_max_ms", started)
+
+    def _render(self):
+        started = time.perf_counter()
+        images = self.env.render()
+        self._note_ms("render_max_ms", started)
+        return images
+
+    def _note_ms(self, key: str, started: float) -> None:
+        if self.state == "running":
+            ms = (time.perf_counter() - started) * 1e3
+            if ms > self.loop_timing[key]:
+                self.loop_timing[key] = ms
+
     def _pace(self, lead: float = 0.0, until=None) -> None:
         """Realtime: wait until the wall clock reaches sim_time (less `lead` s) on one reference
         for the whole run, so the time episode resets take is made up (in the hold before
@@ -496,6 +516,10 @@ class SimNode(Node):
             return
         wall0, sim0 = self._pace_ref
         ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead
+        if ahead < 0 and self.state == "running":  # reached this publication late
+            late_ms = -ahead * 1e3
+            self.loop_timing["late_max_ms"] = max(self.loop_timing["late_max_ms"], late_ms)
+            self.loop_timing["late_over_10ms"] += late_ms > 10.0
         if ahead > 0 and until is not None:
             # ... or until `until()` (called with the lock held) comes true before then
             deadline = now + ahead
@@ -593,7 +617,7 @@ class SimNode(Node):
             if self._prerendered is not None and self._prerendered[0] == step and not resend:
                 self._last_images = self._prerendered[1]
             elif not resend or self._last_images is None:
-                self._last_images = self.env.render()
+                self._last_images = self._render()
             self._prerendered = None
             for name, rgb in self._last_images.items():
                 k = self.env.camera_intrinsics(name)
@@ -621,6 +645,10 @@ class SimNode(Node):
                   "periods_without_command": str(self.periods_without_command),
                   "extra_commands": str(self.extra_commands),
                   "memory_locked": str(realtime.memory_locked()).lower(),
+                  "loop_late_max_ms": f"{self.loop_timing['late_max_ms']:.2f}",
+                  "loop_late_over_10ms": str(self.loop_timing["late_over_10ms"]),
+                  "step_max_ms": f"{self.loop_timing['step_max_ms']:.2f}",
+                  "render_max_ms": f"{self.loop_timing['render_max_ms']:.2f}",
                   **gc_values()}
         level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
         message = ("waiting for " + "; ".join(waiting)) if waiting else self.state
@@ -639,7 +667,7 @@ class SimNode(Node):
         for _ in range(steps):
             if self._stop.is_set():
                 return
-            self.env.step()
+            self._step()
             self.sim_time += 1.0 / self.step_rate
             self._publish_joint_state()
             self._pace(lead=min(self._reset_wall_s, seconds))
