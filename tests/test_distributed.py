@@ -228,7 +228,7 @@ def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_
     err = "".join(lines)
     assert proc.returncode == (143 if to == "sigterm" else 130), err[-3000:]
     assert err.rstrip().splitlines()[-1] == (
-        "arm-act train: terminated (SIGTERM)" if to == "sigterm" else "arm-act train: interrupted")
+        "arm-act train: terminated (SIGTERM)" if to == "sigterm" else "arm-act train: interrupted"), err[-3000:]
     # torchrun's agent raises SignalException on the signal: one line, not its traceback.
     assert "Traceback" not in err and "torchrun: stopped by SIG" in err, err[-3000:]
     assert "training state at step" in err or "the last saved training state is kept" in err, err[-3000:]
