@@ -66,6 +66,9 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     assert all(v["pauses"] >= 0 and 0.0 <= v["max_ms"] < 1000 for v in printed["ros_node_gc"].values())
     loop = printed["ros_sim_loop"]  # sim_node's own timing: a physics step and a render happened
     assert loop["step_max_ms"] > 0 and loop["render_max_ms"] > 0 and loop["loop_late_max_ms"] >= 0
+    assert loop["start_render_max_ms"] > 0 and loop["loop_wake_late_max_ms"] >= 0  # each episode starts with one
+    assert len(loop["late"]) <= min(12, loop["loop_late_events"])  # the latest late publications, explained
+    assert all(e["work_ms"] is None or e["work_ms"] >= 0 for e in loop["late"]), loop["late"]
     locked = printed["ros_locked_memory_mb"]
     assert locked["probe"] == 0.0 and (os.geteuid() != 0 or min(locked["sim_node"], locked["policy_node"]) > 10)
     assert printed["inference_backend"] in ("torch", "onnx")

@@ -35,6 +35,7 @@ from visualization_msgs.msg import MarkerArray
 from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
+from arm_act.nodes.loop_timing import LoopTiming
 from arm_act.nodes.scheduling import (
     gc_values,
     lock_memory_descriptor,
@@ -194,8 +195,8 @@ class SimNode(Node):
         self.periods_without_command = 0
         self.extra_commands = 0
         # Realtime, from the first episode on: how late the loop reached its publication times
-        # (_pace), and the longest physics step and render of both cameras (wall ms).
-        self.loop_timing = {"late_max_ms": 0.0, "late_over_10ms": 0, "step_max_ms": 0.0, "render_max_ms": 0.0}
+        # (_pace) and why (arm_act.nodes.loop_timing).
+        self.loop_timing = LoopTiming()
         self._period_arm_count: int | None = None
         self._episode_arm_count = 0
         self._last_images: dict[str, np.ndarray] | None = None
@@ -389,7 +390,7 @@ class SimNode(Node):
             # and each episode's first command with it); the next hold makes the render
             # time up along with the reset's.
             started = time.monotonic()
-            self._prerendered = (0, self._render())
+            self._prerendered = (0, self._render(start=True))
             self._reset_wall_s += time.monotonic() - started
             self._pace()
         while not self._stop.is_set():
@@ -487,21 +488,11 @@ class SimNode(Node):
         return None
 
     def _step(self) -> None:
-        started = time.perf_counter()
-        self.env.step()
-        self._note_ms("step_max_ms", started)
+        self.loop_timing.timed("step", self.env.step, counted=self.state == "running")
 
-    def _render(self):
-        started = time.perf_counter()
-        images = self.env.render()
-        self._note_ms("render_max_ms", started)
-        return images
-
-    def _note_ms(self, key: str, started: float) -> None:
-        if self.state == "running":
-            ms = (time.perf_counter() - started) * 1e3
-            if ms > self.loop_timing[key]:
-                self.loop_timing[key] = ms
+    def _render(self, start: bool = False):
+        """Both cameras' images; `start`: the episode's first (part of its reset)."""
+        return self.loop_timing.timed("render", self.env.render, counted=self.state == "running", start=start)
 
     def _pace(self, lead: float = 0.0, until=None) -> None:
         """Realtime: wait until the wall clock reaches sim_time (less `lead` s) on one reference
@@ -516,10 +507,9 @@ class SimNode(Node):
             return
         wall0, sim0 = self._pace_ref
         ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead
-        if ahead < 0 and self.state == "running":  # reached this publication late
-            late_ms = -ahead * 1e3
-            self.loop_timing["late_max_ms"] = max(self.loop_timing["late_max_ms"], late_ms)
-            self.loop_timing["late_over_10ms"] += late_ms > 10.0
+        counted = self.state == "running"
+        if ahead < 0 and counted:  # reached this publication late
+            self.loop_timing.late(now, -ahead * 1e3, self.episode_index, self.sim_time - self.episode_start)
         if ahead > 0 and until is not None:
             # ... or until `until()` (called with the lock held) comes true before then
             deadline = now + ahead
@@ -533,6 +523,7 @@ class SimNode(Node):
             self._stop.wait(ahead)
         elif ahead < -MAX_LAG_S:
             self._pace_ref = (now, self.sim_time)
+        self.loop_timing.woke(time.monotonic(), now + ahead if ahead > 0 else None, counted)
 
     def _count_command_period(self, step: int) -> None:
         """Realtime, at each control tick before its observation goes out: count the arm
@@ -645,10 +636,7 @@ class SimNode(Node):
                   "periods_without_command": str(self.periods_without_command),
                   "extra_commands": str(self.extra_commands),
                   "memory_locked": str(realtime.memory_locked()).lower(),
-                  "loop_late_max_ms": f"{self.loop_timing['late_max_ms']:.2f}",
-                  "loop_late_over_10ms": str(self.loop_timing["late_over_10ms"]),
-                  "step_max_ms": f"{self.loop_timing['step_max_ms']:.2f}",
-                  "render_max_ms": f"{self.loop_timing['render_max_ms']:.2f}",
+                  **self.loop_timing.values(),
                   **gc_values()}
         level = DiagnosticStatus.WARN if waiting or self.state == "failed" else DiagnosticStatus.OK
         message = ("waiting for " + "; ".join(waiting)) if waiting else self.state

@@ -1,0 +1,103 @@
+"""How sim_node's realtime loop keeps its schedule, measured by the loop itself.
+
+The loop alternates work (physics steps, renders of both cameras, publications) with waits
+until the wall clock reaches the next publication time (SimNode._pace). A publication reached
+after its time is *late*; LoopTiming says by how much and why:
+
+- the work since the loop last woke up (wall ms), and inside it the physics steps and renders
+  in wall and thread-CPU ms: wall far above CPU means the thread was not running (another
+  thread or process had the CPU, or the machine paused), CPU close to wall means the work itself
+  was long;
+- how late the previous wait woke up after its deadline (the scheduler, or a paused machine).
+
+Each late publication over EVENT_MS is kept as an event (the KEEP latest, with its monotonic
+time so it can be matched against other records of the same run, such as
+benchmarks/stall_watch.py's). The episode-start render (part of a reset) is counted apart from
+the loop's own renders.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+
+# A publication this late (ms) is kept as an event.
+EVENT_MS = 5.0
+# Events kept (the latest).
+KEEP = 12
+
+
+class LoopTiming:
+    def __init__(self, event_ms: float = EVENT_MS, keep: int = KEEP):
+        self.event_ms = event_ms
+        self.late_max_ms = 0.0
+        self.late_over_10ms = 0
+        self.late_events_total = 0
+        self.step_max_ms = 0.0
+        self.render_max_ms = 0.0
+        self.start_render_max_ms = 0.0
+        self.wake_late_max_ms = 0.0
+        self.events: deque[dict] = deque(maxlen=keep)
+        self._resumed_at: float | None = None
+        self._wake_late_ms = 0.0
+        self._work = {"step": [0.0, 0.0, 0], "render": [0.0, 0.0, 0]}  # wall ms, cpu ms, count since waking
+
+    def timed(self, kind: str, fn, counted: bool = True, start: bool = False):
+        """Run fn() and time it as `kind` ("step" or "render"); `counted` False (before the
+        first episode) records nothing; `start`: an episode-start render (part of the reset)."""
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        result = fn()
+        wall_ms = (time.perf_counter() - wall0) * 1e3
+        cpu_ms = (time.thread_time() - cpu0) * 1e3
+        if counted:
+            if start:
+                self.start_render_max_ms = max(self.start_render_max_ms, wall_ms)
+            else:
+                key = f"{kind}_max_ms"
+                setattr(self, key, max(getattr(self, key), wall_ms))
+            work = self._work[kind]
+            work[0] += wall_ms
+            work[1] += cpu_ms
+            work[2] += 1
+        return result
+
+    def woke(self, now: float, deadline: float | None = None, counted: bool = True) -> None:
+        """The loop starts new work at `now` (monotonic s), after a wait meant to end at
+        `deadline` (None: no wait)."""
+        late = max(0.0, (now - deadline) * 1e3) if deadline is not None else 0.0
+        if counted:
+            self.wake_late_max_ms = max(self.wake_late_max_ms, late)
+        self._wake_late_ms = late
+        self._resumed_at = now
+        for work in self._work.values():
+            work[:] = [0.0, 0.0, 0]
+
+    def late(self, now: float, late_ms: float, episode: int, sim_s: float) -> None:
+        """A publication due (late_ms) ago was reached at `now`; episode and sim time in it."""
+        self.late_max_ms = max(self.late_max_ms, late_ms)
+        self.late_over_10ms += late_ms > 10.0
+        if late_ms <= self.event_ms:
+            return
+        self.late_events_total += 1
+        step, render = self._work["step"], self._work["render"]
+        self.events.append({
+            "monotonic_s": round(now, 4), "episode": episode, "sim_s": round(sim_s, 3),
+            "late_ms": round(late_ms, 2),
+            "work_ms": round((now - self._resumed_at) * 1e3, 2) if self._resumed_at is not None else None,
+            "wake_late_ms": round(self._wake_late_ms, 2),
+            "steps": step[2], "step_ms": round(step[0], 2), "step_cpu_ms": round(step[1], 2),
+            "renders": render[2], "render_ms": round(render[0], 2), "render_cpu_ms": round(render[1], 2),
+        })
+
+    def values(self) -> dict[str, str]:
+        """The diagnostics key-values (strings)."""
+        return {
+            "loop_late_max_ms": f"{self.late_max_ms:.2f}",
+            "loop_late_over_10ms": str(self.late_over_10ms),
+            "loop_late_events": str(self.late_events_total),
+            "loop_wake_late_max_ms": f"{self.wake_late_max_ms:.2f}",
+            "step_max_ms": f"{self.step_max_ms:.2f}",
+            "render_max_ms": f"{self.render_max_ms:.2f}",
+            "start_render_max_ms": f"{self.start_render_max_ms:.2f}",
+            "loop_late_latest": json.dumps(list(self.events), separators=(",", ":")),
+        }
