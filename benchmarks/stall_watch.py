@@ -12,7 +12,8 @@ CPU at the same moment is the machine stopped as a whole (the hypervisor, or the
 with every CPU held), which no scheduling inside the guest can avoid; a stall on one CPU is
 work on that CPU above priority 98 or with interrupts off. --match prints, for each late
 period of a bench JSON (its late_periods, at_s from window_start_monotonic_s), the stalls
-that overlap it.
+that overlap it, and the same for each of sim_node's own late publications the bench recorded
+(ros_sim_loop's `late`: the wait before it, how late it woke, and the work after it).
 """
 from __future__ import annotations
 
@@ -88,6 +89,20 @@ def match(bench: dict, stalls: dict) -> list[str]:
             ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
         lines.append(f"late period at {period['at_s']} s (received {period['received_ms']} ms, sent "
                      f"{period['sent_ms']} ms, sim {period['sim_ms']} ms): {what}")
+    for event in (bench.get("ros_sim_loop") or {}).get("late") or []:
+        # sim_node's own late publications (arm_act.nodes.loop_timing): from the deadline of the
+        # wait before the work (or the work's start) to the moment the publication was reached.
+        w1 = event["monotonic_s"]
+        w0 = w1 - ((event.get("work_ms") or 0.0) + event.get("wake_late_ms", 0.0)) / 1e3
+        seen = overlapping(stalls, w0, w1)
+        every = bool(seen) and {cpu for cpu, _, _ in seen} == cpus
+        what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
+            ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+        lines.append(
+            f"sim_node late {event['late_ms']} ms at {w1 - origin:.3f} s (episode {event['episode']}, "
+            f"{event['sim_s']} s in): woke {event['wake_late_ms']} ms late, then {event['work_ms']} ms of work: "
+            f"{event['steps']} step(s) {event['step_ms']} ms ({event['step_cpu_ms']} CPU), {event['renders']} "
+            f"render(s) {event['render_ms']} ms ({event['render_cpu_ms']} CPU); {what}")
     for row in stalls["cpus"]:
         lines.append(f"CPU {row['cpu']}: {len(row['stalls'])} wake-ups over {stalls['threshold_ms']} ms late of "
                      f"{row['wakeups']}, worst {row['worst_ms']} ms ({'SCHED_FIFO' if row['fifo'] else 'normal'})")
