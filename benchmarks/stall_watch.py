@@ -13,7 +13,7 @@ with every CPU held), which no scheduling inside the guest can avoid; a stall on
 work on that CPU above priority 98 or with interrupts off. --match prints, for each late
 period of a bench JSON (its late_periods, at_s from window_start_monotonic_s), the stalls
 that overlap it, and the same for each of sim_node's own late publications the bench recorded
-(ros_sim_loop's `late`: the wait before it, how late it woke, and the work after it).
+(ros_sim_loop's `late` and `late_over_10ms`: the wait before it, how late it woke, and the work after it).
 """
 from __future__ import annotations
 
@@ -89,7 +89,9 @@ def match(bench: dict, stalls: dict) -> list[str]:
             ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
         lines.append(f"late period at {period['at_s']} s (received {period['received_ms']} ms, sent "
                      f"{period['sent_ms']} ms, sim {period['sim_ms']} ms): {what}")
-    for event in (bench.get("ros_sim_loop") or {}).get("late") or []:
+    loop = bench.get("ros_sim_loop") or {}
+    events = {e["monotonic_s"]: e for e in (loop.get("late") or []) + (loop.get("late_over_10ms") or [])}
+    for event in sorted(events.values(), key=lambda e: e["monotonic_s"]):
         # sim_node's own late publications (arm_act.nodes.loop_timing): from the deadline of the
         # wait before the work (or the work's start) to the moment the publication was reached.
         w1 = event["monotonic_s"]
@@ -99,7 +101,8 @@ def match(bench: dict, stalls: dict) -> list[str]:
         what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
             ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
         lines.append(
-            f"sim_node late {event['late_ms']} ms at {w1 - origin:.3f} s (episode {event['episode']}, "
+            f"sim_node late {event['late_ms']} ms at {w1 - origin:.3f} s ({event.get('what', 'tick')}, "
+            f"episode {event['episode']}, "
             f"{event['sim_s']} s in): woke {event['wake_late_ms']} ms late, then {event['work_ms']} ms of work: "
             f"{event['steps']} step(s) {event['step_ms']} ms ({event['step_cpu_ms']} CPU), {event['renders']} "
             f"render(s) {event['render_ms']} ms ({event['render_cpu_ms']} CPU); {what}")

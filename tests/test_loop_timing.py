@@ -25,9 +25,10 @@ def test_a_late_publication_carries_the_work_and_the_wake_up_before_it():
     timing.woke(100.0, deadline=99.993)  # the wait woke 7 ms after its deadline
     timing.timed("step", lambda: _spin(0.004))
     timing.timed("render", lambda: time.sleep(0.006))  # wall, not CPU: the thread was not running
-    timing.late(100.020, 8.0, episode=3, sim_s=1.25)
+    timing.late(100.020, 8.0, episode=3, sim_s=1.25, what="control tick")
     (event,) = timing.events
-    assert event["episode"] == 3 and event["sim_s"] == 1.25 and event["late_ms"] == 8.0
+    assert event["what"] == "control tick" and event["episode"] == 3 and event["sim_s"] == 1.25
+    assert event["late_ms"] == 8.0
     assert event["work_ms"] == 20.0 and event["wake_late_ms"] == 7.0
     assert event["steps"] == 1 and event["step_ms"] >= 4.0 and event["step_cpu_ms"] >= 4.0
     assert event["renders"] == 1 and event["render_ms"] >= 6.0 and event["render_cpu_ms"] < 3.0
@@ -35,6 +36,8 @@ def test_a_late_publication_carries_the_work_and_the_wake_up_before_it():
     assert json.loads(values["loop_late_latest"]) == [event]
     assert values["loop_late_events"] == "1" and values["loop_late_over_10ms"] == "0"
     assert float(values["loop_wake_late_max_ms"]) == 7.0 and float(values["step_max_ms"]) >= 4.0
+    assert float(values["step_cpu_max_ms"]) >= 4.0 and float(values["render_cpu_max_ms"]) < 3.0
+    assert json.loads(values["loop_late_over_10ms_latest"]) == []  # 8 ms: not among the worst
 
 
 def test_the_next_wake_up_starts_a_new_account_and_start_renders_are_apart():
@@ -47,7 +50,7 @@ def test_the_next_wake_up_starts_a_new_account_and_start_renders_are_apart():
     assert not timing.events and timing.late_max_ms == 4.0
     timing.late(5.002, 12.0, episode=0, sim_s=0.01)
     assert timing.events[-1]["steps"] == 0 and timing.events[-1]["renders"] == 0
-    assert timing.late_over_10ms == 1
+    assert timing.late_over_10ms == 1 and list(timing.worst) == [timing.events[-1]]
 
 
 @settings(max_examples=60, deadline=None)
@@ -70,5 +73,7 @@ def test_any_sequence_keeps_the_latest_events_and_valid_json(ops):
     latest = json.loads(values["loop_late_latest"])
     assert len(latest) == min(4, over_event) and int(values["loop_late_events"]) == over_event
     assert all(e["late_ms"] > 5.0 for e in latest)
+    worst = json.loads(values["loop_late_over_10ms_latest"])
+    assert len(worst) == min(4, int(values["loop_late_over_10ms"])) and all(e["late_ms"] > 10.0 for e in worst)
     assert float(values["loop_late_max_ms"]) >= max((e["late_ms"] for e in latest), default=0.0)
     assert all(float(values[k]) >= 0 for k in ("loop_wake_late_max_ms", "step_max_ms", "render_max_ms"))

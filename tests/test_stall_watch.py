@@ -46,12 +46,14 @@ def test_sim_nodes_late_publications_are_matched_over_the_wait_and_the_work_befo
              "wake_late_ms": 10.0, "steps": 1, "step_ms": 1.0, "step_cpu_ms": 1.0, "renders": 1,
              "render_ms": 13.0, "render_cpu_ms": 4.0}  # spans 109.975 .. 110.0
     bench = {"window_start_monotonic_s": 100.0, "late_periods": [],
-             "ros_sim_loop": {"late": [event, {**event, "monotonic_s": 120.0}]}}
+             "ros_sim_loop": {"late": [event, {**event, "monotonic_s": 120.0}],
+                              "late_over_10ms": [event]}}  # the same one: set beside the stalls once
     stalls = _stalls([(109.98, 9.0)], [(109.979, 8.0), (119.9, 20.0)])
     lines = stall_watch.match(bench, stalls)
-    assert lines[0].startswith("sim_node late 12.0 ms at 10.000 s (episode 2, 3.5 s in): woke 10.0 ms late")
+    assert lines[0].startswith("sim_node late 12.0 ms at 10.000 s (tick, episode 2, 3.5 s in): woke 10.0 ms late")
     assert "1 render(s) 13.0 ms (4.0 CPU)" in lines[0] and "every CPU stalled: CPU 0 9.0 ms, CPU 1 8.0 ms" in lines[0]
     assert lines[1].endswith("no stall on any CPU")  # CPU 1's stall ended before 119.975
+    assert lines[2].startswith("CPU 0:")
 
 
 @given(st.lists(st.tuples(st.floats(0, 100, allow_nan=False), st.floats(0.1, 500, allow_nan=False)), max_size=20),

@@ -95,9 +95,10 @@ holds the GIL, so the longest bounds how late it could make the node's deadline 
 `ros_sim_loop`: sim_node's own timing since its first episode (loop_late_max_ms, how late its
 loop reached a publication time at worst; loop_late_over_10ms and loop_late_events, how often
 over 10 and 5 ms; loop_wake_late_max_ms, how late a wait woke up at worst; step_max_ms and
-render_max_ms, its longest physics step and render of both cameras in the loop, and
-start_render_max_ms at an episode's start; `late`, its latest publications over 5 ms late with
-the work before each, arm_act.nodes.loop_timing).
+render_max_ms, its longest physics step and render of both cameras in the loop, in thread-CPU
+ms step_cpu_max_ms and render_cpu_max_ms, and start_render_max_ms at an episode's start;
+`late` and `late_over_10ms`, its latest publications over 5 and over 10 ms late with the work
+before each, arm_act.nodes.loop_timing).
 """
 from __future__ import annotations
 
@@ -654,23 +655,26 @@ def late_counters_sample(pids: dict[str, int], kernel_pids: Sequence[int]) -> di
 
 SIM_LOOP_KEYS = ("loop_late_max_ms", "loop_late_over_10ms", "step_max_ms", "render_max_ms")
 # Keys of newer sim_nodes (arm_act.nodes.loop_timing), recorded where present.
-SIM_LOOP_EXTRA_KEYS = ("loop_late_events", "loop_wake_late_max_ms", "start_render_max_ms")
+SIM_LOOP_EXTRA_KEYS = ("loop_late_events", "loop_wake_late_max_ms", "step_cpu_max_ms", "render_cpu_max_ms",
+                       "start_render_max_ms")
 
 
 def sim_loop_timing(probe) -> dict | None:
     """sim_node's own loop timing from its newest diagnostics (since its first episode): how
     late it reached a publication time at worst, how often over 10 ms and over 5 ms
     (loop_late_events), how late a wait woke up at worst, its longest physics step and render
-    of both cameras, its longest episode-start render, and its latest late publications with
-    what the loop did before them (`late`, arm_act.nodes.loop_timing)."""
+    of both cameras (wall and thread-CPU ms), its longest episode-start render, and its latest
+    publications over 5 and over 10 ms late with what the loop did before them (`late`,
+    `late_over_10ms`; arm_act.nodes.loop_timing)."""
     with probe.lock:
         newest = probe.sim_diagnostics[-1][1] if probe.sim_diagnostics else {}
     try:
         if not all(k in newest for k in SIM_LOOP_KEYS):
             return None
         timing: dict = {k: float(newest[k]) for k in (*SIM_LOOP_KEYS, *SIM_LOOP_EXTRA_KEYS) if k in newest}
-        if "loop_late_latest" in newest:
-            timing["late"] = json.loads(newest["loop_late_latest"])
+        for key, name in (("loop_late_latest", "late"), ("loop_late_over_10ms_latest", "late_over_10ms")):
+            if key in newest:
+                timing[name] = json.loads(newest[key])
         return timing
     except ValueError:  # json.JSONDecodeError included
         return None

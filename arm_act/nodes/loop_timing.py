@@ -10,10 +10,11 @@ after its time is *late*; LoopTiming says by how much and why:
   was long;
 - how late the previous wait woke up after its deadline (the scheduler, or a paused machine).
 
-Each late publication over EVENT_MS is kept as an event (the KEEP latest, with its monotonic
-time so it can be matched against other records of the same run, such as
-benchmarks/stall_watch.py's). The episode-start render (part of a reset) is counted apart from
-the loop's own renders.
+Each late publication over EVENT_MS is an event; the KEEP latest are kept, and the KEEP
+latest over WORST_MS, each with what was published and its monotonic time so it can be
+matched against other records of the same run, such as benchmarks/stall_watch.py's. The
+episode-start render (part of a reset) is counted apart from the loop's own renders, and the
+longest step and render are also kept in thread-CPU ms.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from collections import deque
 
 # A publication this late (ms) is kept as an event.
 EVENT_MS = 5.0
-# Events kept (the latest).
+# Events kept: the latest, and the latest over WORST_MS.
 KEEP = 12
+WORST_MS = 10.0
 
 
 class LoopTiming:
@@ -35,9 +37,12 @@ class LoopTiming:
         self.late_events_total = 0
         self.step_max_ms = 0.0
         self.render_max_ms = 0.0
+        self.step_cpu_max_ms = 0.0
+        self.render_cpu_max_ms = 0.0
         self.start_render_max_ms = 0.0
         self.wake_late_max_ms = 0.0
         self.events: deque[dict] = deque(maxlen=keep)
+        self.worst: deque[dict] = deque(maxlen=keep)
         self._resumed_at: float | None = None
         self._wake_late_ms = 0.0
         self._work = {"step": [0.0, 0.0, 0], "render": [0.0, 0.0, 0]}  # wall ms, cpu ms, count since waking
@@ -53,8 +58,8 @@ class LoopTiming:
             if start:
                 self.start_render_max_ms = max(self.start_render_max_ms, wall_ms)
             else:
-                key = f"{kind}_max_ms"
-                setattr(self, key, max(getattr(self, key), wall_ms))
+                for key, ms in ((f"{kind}_max_ms", wall_ms), (f"{kind}_cpu_max_ms", cpu_ms)):
+                    setattr(self, key, max(getattr(self, key), ms))
             work = self._work[kind]
             work[0] += wall_ms
             work[1] += cpu_ms
@@ -72,22 +77,26 @@ class LoopTiming:
         for work in self._work.values():
             work[:] = [0.0, 0.0, 0]
 
-    def late(self, now: float, late_ms: float, episode: int, sim_s: float) -> None:
-        """A publication due (late_ms) ago was reached at `now`; episode and sim time in it."""
+    def late(self, now: float, late_ms: float, episode: int, sim_s: float, what: str = "tick") -> None:
+        """A publication (`what`) due late_ms ago was reached at `now`; its episode and stamp
+        (sim s into the episode)."""
         self.late_max_ms = max(self.late_max_ms, late_ms)
         self.late_over_10ms += late_ms > 10.0
         if late_ms <= self.event_ms:
             return
         self.late_events_total += 1
         step, render = self._work["step"], self._work["render"]
-        self.events.append({
-            "monotonic_s": round(now, 4), "episode": episode, "sim_s": round(sim_s, 3),
+        event = {
+            "monotonic_s": round(now, 4), "what": what, "episode": episode, "sim_s": round(sim_s, 3),
             "late_ms": round(late_ms, 2),
             "work_ms": round((now - self._resumed_at) * 1e3, 2) if self._resumed_at is not None else None,
             "wake_late_ms": round(self._wake_late_ms, 2),
             "steps": step[2], "step_ms": round(step[0], 2), "step_cpu_ms": round(step[1], 2),
             "renders": render[2], "render_ms": round(render[0], 2), "render_cpu_ms": round(render[1], 2),
-        })
+        }
+        self.events.append(event)
+        if late_ms > WORST_MS:
+            self.worst.append(event)
 
     def values(self) -> dict[str, str]:
         """The diagnostics key-values (strings)."""
@@ -98,6 +107,9 @@ class LoopTiming:
             "loop_wake_late_max_ms": f"{self.wake_late_max_ms:.2f}",
             "step_max_ms": f"{self.step_max_ms:.2f}",
             "render_max_ms": f"{self.render_max_ms:.2f}",
+            "step_cpu_max_ms": f"{self.step_cpu_max_ms:.2f}",
+            "render_cpu_max_ms": f"{self.render_cpu_max_ms:.2f}",
             "start_render_max_ms": f"{self.start_render_max_ms:.2f}",
             "loop_late_latest": json.dumps(list(self.events), separators=(",", ":")),
+            "loop_late_over_10ms_latest": json.dumps(list(self.worst), separators=(",", ":")),
         }

@@ -392,7 +392,7 @@ class SimNode(Node):
             started = time.monotonic()
             self._prerendered = (0, self._render(start=True))
             self._reset_wall_s += time.monotonic() - started
-            self._pace()
+            self._pace(what="episode start")
         while not self._stop.is_set():
             if step % self.steps_per_command == 0:
                 self._count_command_period(step)
@@ -454,9 +454,10 @@ class SimNode(Node):
                 if self._runs_ahead(step):
                     with self._lock:
                         arm0, gripper0 = self._tick_counts
-                    self._pace(until=lambda a=arm0, g=gripper0: self._arm_count > a and self._gripper_count > g)
+                    self._pace(until=lambda a=arm0, g=gripper0: self._arm_count > a and self._gripper_count > g,
+                               what="joint state ahead of a camera tick")
                 else:
-                    self._pace()
+                    self._pace(what="control tick" if step % self.steps_per_command == 0 else "joint state")
 
     def _runs_ahead(self, step: int) -> bool:
         """Realtime: is `step` the joint-state step just before a camera tick? Its physics
@@ -482,7 +483,7 @@ class SimNode(Node):
         """Publish a joint state made ahead (_joint_state_msgs) once the wall clock reaches
         its stamp; returns None (no longer deferred)."""
         t, clock, joints = deferred
-        self._pace(lead=self.sim_time - t)
+        self._pace(lead=self.sim_time - t, what="joint state made ahead")
         self.clock_pub.publish(clock)
         self.joint_pub.publish(joints)
         return None
@@ -494,11 +495,13 @@ class SimNode(Node):
         """Both cameras' images; `start`: the episode's first (part of its reset)."""
         return self.loop_timing.timed("render", self.env.render, counted=self.state == "running", start=start)
 
-    def _pace(self, lead: float = 0.0, until=None) -> None:
-        """Realtime: wait until the wall clock reaches sim_time (less `lead` s) on one reference
-        for the whole run, so the time episode resets take is made up (in the hold before
-        them) rather than lost: the real-time factor stays 1 across episodes. Further behind
-        than MAX_LAG_S, the reference moves to now."""
+    def _pace(self, lead: float = 0.0, until=None, what: str = "tick", run_ahead: float = 0.0) -> None:
+        """Realtime: wait until the wall clock reaches sim_time (less `lead` s: the stamp of the
+        publication that comes next, `what`) on one reference for the whole run, so the time
+        episode resets take is made up (in the hold before them, which runs `run_ahead` s ahead
+        of its stamps) rather than lost: the real-time factor stays 1 across episodes. Further
+        behind than MAX_LAG_S, the reference moves to now. A publication reached after its
+        stamp's time is late (LoopTiming); one reached within run_ahead of it is not."""
         if self.mode != "realtime" or self.real_time_factor <= 0:
             return
         now = time.monotonic()
@@ -506,10 +509,11 @@ class SimNode(Node):
             self._pace_ref = (now, self.sim_time)
             return
         wall0, sim0 = self._pace_ref
-        ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead
+        ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead - run_ahead
         counted = self.state == "running"
-        if ahead < 0 and counted:  # reached this publication late
-            self.loop_timing.late(now, -ahead * 1e3, self.episode_index, self.sim_time - self.episode_start)
+        if ahead + run_ahead < 0 and counted:  # reached this publication after its stamp's time
+            self.loop_timing.late(now, -(ahead + run_ahead) * 1e3, self.episode_index,
+                                  self.sim_time - lead - self.episode_start, what)
         if ahead > 0 and until is not None:
             # ... or until `until()` (called with the lock held) comes true before then
             deadline = now + ahead
@@ -658,7 +662,7 @@ class SimNode(Node):
             self._step()
             self.sim_time += 1.0 / self.step_rate
             self._publish_joint_state()
-            self._pace(lead=min(self._reset_wall_s, seconds))
+            self._pace(run_ahead=min(self._reset_wall_s, seconds), what="hold")
 
     def destroy_node(self):
         self._stop.set()
