@@ -105,7 +105,8 @@ def match(bench: dict, stalls: dict) -> list[str]:
             f"episode {event['episode']}, "
             f"{event['sim_s']} s in): woke {event['wake_late_ms']} ms late, then {event['work_ms']} ms of work: "
             f"{event['steps']} step(s) {event['step_ms']} ms ({event['step_cpu_ms']} CPU), {event['renders']} "
-            f"render(s) {event['render_ms']} ms ({event['render_cpu_ms']} CPU); {what}")
+            f"render(s) {event['render_ms']} ms ({event['render_cpu_ms']} CPU); last control tick "
+            f"{event.get('since_tick_ms')} ms before, its arm command after {event.get('answer_ms')} ms; {what}")
     for row in stalls["cpus"]:
         lines.append(f"CPU {row['cpu']}: {len(row['stalls'])} wake-ups over {stalls['threshold_ms']} ms late of "
                      f"{row['wakeups']}, worst {row['worst_ms']} ms ({'SCHED_FIFO' if row['fifo'] else 'normal'})")

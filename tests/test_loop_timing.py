@@ -25,11 +25,12 @@ def test_a_late_publication_carries_the_work_and_the_wake_up_before_it():
     timing.woke(100.0, deadline=99.993)  # the wait woke 7 ms after its deadline
     timing.timed("step", lambda: _spin(0.004))
     timing.timed("render", lambda: time.sleep(0.006))  # wall, not CPU: the thread was not running
-    timing.late(100.020, 8.0, episode=3, sim_s=1.25, what="control tick")
+    timing.late(100.020, 8.0, episode=3, sim_s=1.25, what="control tick", tick_sent_at=100.005, answered_at=100.0)
     (event,) = timing.events
     assert event["what"] == "control tick" and event["episode"] == 3 and event["sim_s"] == 1.25
     assert event["late_ms"] == 8.0
     assert event["work_ms"] == 20.0 and event["wake_late_ms"] == 7.0
+    assert event["since_tick_ms"] == 15.0 and event["answer_ms"] is None  # the tick's command had not come
     assert event["steps"] == 1 and event["step_ms"] >= 4.0 and event["step_cpu_ms"] >= 4.0
     assert event["renders"] == 1 and event["render_ms"] >= 6.0 and event["render_cpu_ms"] < 3.0
     values = timing.values()
@@ -48,7 +49,8 @@ def test_the_next_wake_up_starts_a_new_account_and_start_renders_are_apart():
     timing.woke(5.0)
     timing.late(5.001, 4.0, episode=0, sim_s=0.0)  # under EVENT_MS: counted in the maximum only
     assert not timing.events and timing.late_max_ms == 4.0
-    timing.late(5.002, 12.0, episode=0, sim_s=0.01)
+    timing.late(5.002, 12.0, episode=0, sim_s=0.01, tick_sent_at=4.99, answered_at=4.994)
+    assert timing.events[-1]["answer_ms"] == 4.0
     assert timing.events[-1]["steps"] == 0 and timing.events[-1]["renders"] == 0
     assert timing.late_over_10ms == 1 and list(timing.worst) == [timing.events[-1]]
 

@@ -8,7 +8,9 @@ after its time is *late*; LoopTiming says by how much and why:
   in wall and thread-CPU ms: wall far above CPU means the thread was not running (another
   thread or process had the CPU, or the machine paused), CPU close to wall means the work itself
   was long;
-- how late the previous wait woke up after its deadline (the scheduler, or a paused machine).
+- how late the previous wait woke up after its deadline (the scheduler, or a paused machine);
+- how long ago the last control tick went out, and how long after it its arm command came
+  (None: not yet), since the step before a camera tick waits for that command.
 
 Each late publication over EVENT_MS is an event; the KEEP latest are kept, and the KEEP
 latest over WORST_MS, each with what was published and its monotonic time so it can be
@@ -35,6 +37,8 @@ class LoopTiming:
         self.late_max_ms = 0.0
         self.late_over_10ms = 0
         self.late_events_total = 0
+        self.overruns = 0
+        self.skipped_ms = 0.0
         self.step_max_ms = 0.0
         self.render_max_ms = 0.0
         self.step_cpu_max_ms = 0.0
@@ -77,9 +81,11 @@ class LoopTiming:
         for work in self._work.values():
             work[:] = [0.0, 0.0, 0]
 
-    def late(self, now: float, late_ms: float, episode: int, sim_s: float, what: str = "tick") -> None:
+    def late(self, now: float, late_ms: float, episode: int, sim_s: float, what: str = "tick",
+             tick_sent_at: float | None = None, answered_at: float | None = None) -> None:
         """A publication (`what`) due late_ms ago was reached at `now`; its episode and stamp
-        (sim s into the episode)."""
+        (sim s into the episode); when the last control tick went out and the last arm
+        command came in (monotonic s)."""
         self.late_max_ms = max(self.late_max_ms, late_ms)
         self.late_over_10ms += late_ms > 10.0
         if late_ms <= self.event_ms:
@@ -93,10 +99,18 @@ class LoopTiming:
             "wake_late_ms": round(self._wake_late_ms, 2),
             "steps": step[2], "step_ms": round(step[0], 2), "step_cpu_ms": round(step[1], 2),
             "renders": render[2], "render_ms": round(render[0], 2), "render_cpu_ms": round(render[1], 2),
+            "since_tick_ms": round((now - tick_sent_at) * 1e3, 2) if tick_sent_at else None,
+            "answer_ms": (round((answered_at - tick_sent_at) * 1e3, 2)
+                          if tick_sent_at and answered_at and answered_at >= tick_sent_at else None),
         }
         self.events.append(event)
         if late_ms > WORST_MS:
             self.worst.append(event)
+
+    def overrun(self, late_ms: float) -> None:
+        """The loop skipped late_ms of wall time (SimNode._pace, OVERRUN_PERIODS)."""
+        self.overruns += 1
+        self.skipped_ms += late_ms
 
     def values(self) -> dict[str, str]:
         """The diagnostics key-values (strings)."""
@@ -104,6 +118,8 @@ class LoopTiming:
             "loop_late_max_ms": f"{self.late_max_ms:.2f}",
             "loop_late_over_10ms": str(self.late_over_10ms),
             "loop_late_events": str(self.late_events_total),
+            "loop_overruns": str(self.overruns),
+            "loop_skipped_ms": f"{self.skipped_ms:.1f}",
             "loop_wake_late_max_ms": f"{self.wake_late_max_ms:.2f}",
             "step_max_ms": f"{self.step_max_ms:.2f}",
             "render_max_ms": f"{self.render_max_ms:.2f}",

@@ -54,6 +54,12 @@ WAIT_REPORT_S = 3.0
 # Realtime: a loop further behind the wall clock than this (paused, or stalled) continues from
 # now instead of racing to catch up.
 MAX_LAG_S = 0.25
+# Realtime: a publication reached more than this share of a control period after its stamp's
+# time is an overrun: the loop continues on a new reference from it, skipping the wall time
+# lost, as ros2_control_node skips the cycles an overrun missed. Catching up instead published
+# the next ticks in a burst, sooner after the late one than the controllers answer a tick (a
+# 30 ms stop of the whole machine left a control period without a command at sim_node).
+OVERRUN_PERIODS = 0.5
 
 
 def env_config_for_rates(control_rate: int, step_rate: int, camera_rate: int) -> SimConfig:
@@ -197,6 +203,7 @@ class SimNode(Node):
         # Realtime, from the first episode on: how late the loop reached its publication times
         # (_pace) and why (arm_act.nodes.loop_timing).
         self.loop_timing = LoopTiming()
+        self._tick_sent_at = self._arm_received_at = 0.0  # monotonic s: the last control tick out, arm command in
         self._period_arm_count: int | None = None
         self._episode_arm_count = 0
         self._last_images: dict[str, np.ndarray] | None = None
@@ -226,6 +233,7 @@ class SimNode(Node):
         with self._lock:
             self._arm_target = arm
             self._arm_count += 1
+            self._arm_received_at = time.monotonic()
             self._lock.notify_all()
 
     @guarded("gripper command (holding the last valid target)")
@@ -511,9 +519,20 @@ class SimNode(Node):
         wall0, sim0 = self._pace_ref
         ahead = (self.sim_time - sim0) / self.real_time_factor - (now - wall0) - lead - run_ahead
         counted = self.state == "running"
-        if ahead + run_ahead < 0 and counted:  # reached this publication after its stamp's time
-            self.loop_timing.late(now, -(ahead + run_ahead) * 1e3, self.episode_index,
-                                  self.sim_time - lead - self.episode_start, what)
+        late_s = -(ahead + run_ahead)
+        if late_s > 0 and counted:  # reached this publication after its stamp's time
+            self.loop_timing.late(now, late_s * 1e3, self.episode_index, self.sim_time - lead - self.episode_start,
+                                  what, tick_sent_at=self._tick_sent_at, answered_at=self._arm_received_at)
+        if late_s > OVERRUN_PERIODS / self.control_rate:
+            self._pace_ref = (now, self.sim_time - lead)  # this publication's stamp is now
+            ahead = -run_ahead
+            if counted:
+                self.loop_timing.overrun(late_s * 1e3)
+                self.get_logger().warning(
+                    f"overrun: {what} at {self.sim_time - lead - self.episode_start:.2f} s of episode "
+                    f"{self.episode_index} reached {late_s * 1e3:.1f} ms after its time; the loop continues "
+                    f"from it ({self.loop_timing.overruns} overruns, {self.loop_timing.skipped_ms:.0f} ms "
+                    f"skipped)", throttle_duration_sec=10.0)
         if ahead > 0 and until is not None:
             # ... or until `until()` (called with the lock held) comes true before then
             deadline = now + ahead
@@ -607,6 +626,8 @@ class SimNode(Node):
         A camera tick may be rendered ahead, inside the slack before the tick; it is
         published only at the tick."""
         t = self.sim_time
+        if not resend:
+            self._tick_sent_at = time.monotonic()
         self.clock_pub.publish(conv.clock_msg(t))
         if step % self.steps_per_frame == 0:
             if self._prerendered is not None and self._prerendered[0] == step and not resend:

@@ -1,0 +1,70 @@
+"""sim_node in realtime after an overrun (a publication reached more than half a control period
+after its time: a long physics step, or the whole machine stopped): it continues from there,
+skipping the wall time lost as ros2_control_node skips missed cycles, instead of publishing the
+next ticks in a burst the controllers cannot answer in time; and it says so in its diagnostics."""
+import itertools
+import time
+
+import pytest
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from arm_act.nodes.sim_node import SimNode
+from arm_act.ros import conversions as conv
+from tests.conftest import spinning, wait_for
+
+STALL_S = 0.045
+STALL_AT_STEP = 44  # the episode's env steps, from its start (a plain joint-state step)
+
+
+@pytest.mark.ros
+def test_after_a_stalled_step_the_ticks_keep_their_periods_and_the_overrun_is_reported(ros_context):
+    params = dict(mode="realtime", real_time_factor=1.0, episodes=1, episode_time_limit=60.0, use_sim_time=True,
+                  camera_rate=10)
+    sim = SimNode(context=ros_context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    step = sim.env.step
+    steps = []
+
+    def stalling_step():  # one physics step that takes STALL_S longer, as a stopped machine would
+        steps.append(sim.sim_time)
+        if len(steps) == STALL_AT_STEP:
+            time.sleep(STALL_S)
+        step()
+
+    sim.env.step = stalling_step
+    client = Node("client", context=ros_context)
+    arm_pub = client.create_publisher(Float64MultiArray, conv.ARM_COMMAND_TOPIC, 10)
+    gripper_pub = client.create_publisher(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, 10)
+    states = []  # (sim s, wall receipt)
+
+    def on_state(msg):
+        stamp = conv.stamp_to_ns(msg.header.stamp)
+        states.append((stamp / 1e9, time.monotonic()))
+        if round(stamp / 1e7) % 2 == 0:  # a control tick: answer it at once, holding the pose
+            arm_pub.publish(Float64MultiArray(data=list(msg.position[:7])))
+            gripper_pub.publish(Float64MultiArray(data=[0.04]))
+
+    client.create_subscription(JointState, "joint_states", on_state, 50)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(sim)
+    executor.add_node(client)
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: len(steps) >= STALL_AT_STEP + 40, timeout=60)
+            values = sim.loop_timing.values()
+    finally:
+        sim.destroy_node()
+        client.destroy_node()
+        executor.shutdown()
+    assert int(values["loop_overruns"]) >= 1 and float(values["loop_skipped_ms"]) >= 20.0, values
+    assert float(values["loop_late_max_ms"]) >= 35.0, values
+    # The joint states after the stalled step went out a step period apart (10 ms at 100 Hz),
+    # not back to back: none of the ten after it within 5 ms of the one before. (Catching up,
+    # the four steps the stall took went out in ~1 ms.)
+    stalled_sim = steps[STALL_AT_STEP - 1]
+    after = [w for s, w in states if s > stalled_sim][:11]
+    gaps = [round((b - a) * 1e3, 1) for a, b in itertools.pairwise(after)]
+    assert len(gaps) == 10 and sum(g < 5.0 for g in gaps) <= 1, gaps
