@@ -13,7 +13,8 @@ with every CPU held), which no scheduling inside the guest can avoid; a stall on
 work on that CPU above priority 98 or with interrupts off. --match prints, for each late
 period of a bench JSON (its late_periods, at_s from window_start_monotonic_s), the stalls
 that overlap it, and the same for each of sim_node's own late publications the bench recorded
-(ros_sim_loop's `late` and `late_over_10ms`: the wait before it, how late it woke, and the work after it).
+(ros_sim_loop's `late` and `late_over_10ms`: the wait before it, how late it woke, and the work after it),
+and for each of policy_node's late answers (ros_policy_answers' `late`).
 """
 from __future__ import annotations
 
@@ -107,6 +108,17 @@ def match(bench: dict, stalls: dict) -> list[str]:
             f"{event['steps']} step(s) {event['step_ms']} ms ({event['step_cpu_ms']} CPU), {event['renders']} "
             f"render(s) {event['render_ms']} ms ({event['render_cpu_ms']} CPU); last control tick "
             f"{event.get('since_tick_ms')} ms before, its arm command after {event.get('answer_ms')} ms; {what}")
+    for event in (bench.get("ros_policy_answers") or {}).get("late") or []:
+        # policy_node's late answers (AnswerTiming): since its answer before.
+        w1 = event["monotonic_s"]
+        seen = overlapping(stalls, w1 - (event.get("since_previous_ms") or event["act_ms"]) / 1e3, w1)
+        every = bool(seen) and {cpu for cpu, _, _ in seen} == cpus
+        what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
+            ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+        lines.append(f"policy_node answered the tick at {event['stamp_s']} s {event.get('since_previous_ms')} ms "
+                     f"after its answer before, at {w1 - origin:.3f} s: /clock from sim_node's write to the callback "
+                     f"{event.get('clock_to_callback_ms')} ms, the joint state {event.get('joint_after_clock_ms')} ms "
+                     f"after the /clock, its own work {event['act_ms']} ms; {what}")
     for row in stalls["cpus"]:
         lines.append(f"CPU {row['cpu']}: {len(row['stalls'])} wake-ups over {stalls['threshold_ms']} ms late of "
                      f"{row['wakeups']}, worst {row['worst_ms']} ms ({'SCHED_FIFO' if row['fifo'] else 'normal'})")

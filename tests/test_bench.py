@@ -69,6 +69,10 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     assert loop["start_render_max_ms"] > 0 and loop["loop_wake_late_max_ms"] >= 0  # each episode starts with one
     assert len(loop["late"]) <= min(12, loop["loop_late_events"])  # the latest late publications, explained
     assert all(e["work_ms"] is None or e["work_ms"] >= 0 for e in loop["late"]), loop["late"]
+    answers = printed["ros_policy_answers"]  # policy_node timed its answers to the ticks, in parts
+    assert answers["answers_timed"] > 0 and answers["answer_act_max_ms"] >= 0
+    assert answers["answer_joint_after_clock_max_ms"] >= 0 and len(answers["late"]) <= answers["answers_late"]
+    assert all(e["monotonic_s"] > 0 and "clock_to_callback_ms" in e for e in answers["late"]), answers["late"]
     locked = printed["ros_locked_memory_mb"]
     assert locked["probe"] == 0.0 and (os.geteuid() != 0 or min(locked["sim_node"], locked["policy_node"]) > 10)
     assert printed["inference_backend"] in ("torch", "onnx")

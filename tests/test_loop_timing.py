@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arm_act.nodes.loop_timing import LoopTiming
+from arm_act.nodes.loop_timing import AnswerTiming, LoopTiming
 
 pytestmark = pytest.mark.unit
 
@@ -79,3 +79,23 @@ def test_any_sequence_keeps_the_latest_events_and_valid_json(ops):
     assert len(worst) == min(4, int(values["loop_late_over_10ms"])) and all(e["late_ms"] > 10.0 for e in worst)
     assert float(values["loop_late_max_ms"]) >= max((e["late_ms"] for e in latest), default=0.0)
     assert all(float(values[k]) >= 0 for k in ("loop_wake_late_max_ms", "step_max_ms", "render_max_ms"))
+
+
+def test_a_controllers_answer_is_kept_when_late_or_slow_to_leave():
+    timing = AnswerTiming(control_rate=50, event_ms=5.0)
+    ms = 1_000_000
+    timing.answered(1_000 * ms, clock_in_ns=100 * ms, joint_in_ns=101 * ms, written_ns=102 * ms)
+    timing.answered(1_020 * ms, clock_in_ns=120 * ms, joint_in_ns=121 * ms, written_ns=122 * ms)  # on time
+    assert not timing.events
+    timing.answered(1_040 * ms, clock_in_ns=150 * ms, joint_in_ns=151 * ms, written_ns=153 * ms)  # 31 ms after
+    timing.answered(1_060 * ms, clock_in_ns=None, joint_in_ns=161 * ms, written_ns=168 * ms)  # 7 ms of own work
+    late, slow = timing.events
+    assert late["since_previous_ms"] == 31.0 and late["act_ms"] == 2.0 and late["joint_after_clock_ms"] == 1.0
+    assert late["stamp_ns"] == 1_040 * ms and late["clock_in_ns"] == 150 * ms
+    assert slow["act_ms"] == 7.0 and slow["joint_after_clock_ms"] is None
+    timing.end_episode()  # a new episode's first answer has no period before it
+    timing.answered(2_000 * ms, clock_in_ns=900 * ms, joint_in_ns=900 * ms, written_ns=901 * ms)
+    values = timing.values()
+    assert values["answers_timed"] == "5" and values["answers_late"] == "2"
+    assert float(values["answer_act_max_ms"]) == 7.0 and float(values["answer_joint_after_clock_max_ms"]) == 1.0
+    assert json.loads(values["answers_late_latest"]) == [late, slow]

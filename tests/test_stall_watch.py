@@ -54,6 +54,13 @@ def test_sim_nodes_late_publications_are_matched_over_the_wait_and_the_work_befo
     assert "1 render(s) 13.0 ms (4.0 CPU)" in lines[0] and "every CPU stalled: CPU 0 9.0 ms, CPU 1 8.0 ms" in lines[0]
     assert lines[1].endswith("no stall on any CPU")  # CPU 1's stall ended before 119.975
     assert lines[2].startswith("CPU 0:")
+    bench["ros_policy_answers"] = {"late": [{"monotonic_s": 119.91, "stamp_s": 5.02, "since_previous_ms": 31.0,
+                                             "clock_to_callback_ms": 12.0, "joint_after_clock_ms": 0.2,
+                                             "act_ms": 0.9}]}
+    lines = stall_watch.match(bench, stalls)
+    assert lines[2] == ("policy_node answered the tick at 5.02 s 31.0 ms after its answer before, at 19.910 s: "
+                        "/clock from sim_node's write to the callback 12.0 ms, the joint state 0.2 ms after the "
+                        "/clock, its own work 0.9 ms; stalls: CPU 1 20.0 ms")
 
 
 @given(st.lists(st.tuples(st.floats(0, 100, allow_nan=False), st.floats(0.1, 500, allow_nan=False)), max_size=20),

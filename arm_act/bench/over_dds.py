@@ -98,7 +98,9 @@ over 10 and 5 ms; loop_wake_late_max_ms, how late a wait woke up at worst; step_
 render_max_ms, its longest physics step and render of both cameras in the loop, in thread-CPU
 ms step_cpu_max_ms and render_cpu_max_ms, and start_render_max_ms at an episode's start;
 `late` and `late_over_10ms`, its latest publications over 5 and over 10 ms late with the work
-before each, arm_act.nodes.loop_timing).
+before each, arm_act.nodes.loop_timing). `ros_policy_answers`: how long policy_node took to
+answer each control tick, from sim_node's write of its joint state to the command's write, and
+the longest of its parts (DDS delivery, the executor's queue, the node's work; AnswerTiming).
 """
 from __future__ import annotations
 
@@ -171,6 +173,7 @@ class _Probe:
         self.command_sent_ns: list[int] = []
         self.episode_end_sent_ns: list[int] = []  # source ns of each "episode ended" message
         self.sim_diagnostics: list[tuple[float, dict[str, str]]] = []  # (wall s, sim_node's values)
+        self.policy_answers: dict[str, str] = {}  # policy_node's newest AnswerTiming values
         self.pairs: dict[int, dict[str, float]] = {}  # stamp key -> {camera: wall s}
         self.chunks: dict[int, float] = {}  # stamp key -> wall s
         self.inference_ms: list[tuple[float, float]] = []  # (wall s, node's inference ms)
@@ -256,6 +259,8 @@ class _Probe:
             values = {kv.key: kv.value for kv in status.values}
             with self.lock:
                 self._note_gc("policy_node", values)
+                if "answers_timed" in values:
+                    self.policy_answers = values
             try:
                 ms = float(values.get("inference_ms", "nan"))
             except ValueError:
@@ -680,6 +685,35 @@ def sim_loop_timing(probe) -> dict | None:
         return None
 
 
+def policy_answer_timing(probe) -> dict | None:
+    """policy_node's answers to the control ticks from its newest diagnostics
+    (arm_act.nodes.loop_timing.AnswerTiming): how many, how many late (the command over 1.5
+    periods after the one before, or its own work over 5 ms), its longest work and longest wait
+    for a tick's joint state after its /clock, and the latest late answers (`late`), each set
+    beside sim_node's write of the tick's /clock (its DDS source timestamp, as the probe
+    received it): `clock_to_callback_ms`, from that write to policy_node's /clock callback
+    (DDS and the executor's queue), and `monotonic_s`, the command's write on the monotonic clock."""
+    with probe.lock:
+        values = dict(getattr(probe, "policy_answers", {}))
+        clock_written = {sim: source for source, sim in getattr(probe, "clock_sent", [])}
+    if not values:
+        return None
+    try:
+        out: dict = {k: (int(v) if k.startswith("answers_") else float(v)) for k, v in values.items()
+                     if k.startswith(("answers_timed", "answers_late", "answer_")) and k != "answers_late_latest"}
+        offset_ns = time.time_ns() - time.monotonic_ns()
+        late = json.loads(values.get("answers_late_latest", "[]"))
+        for event in late:
+            written = clock_written.get(event["stamp_ns"])
+            event["clock_to_callback_ms"] = (round((event["clock_in_ns"] - written) / 1e6, 2)
+                                             if written is not None and event.get("clock_in_ns") else None)
+            event["monotonic_s"] = round((event["written_ns"] - offset_ns) / 1e9, 4)
+        out["late"] = late
+        return out
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 class _InProcess:
     """sim_node + policy_node composed in this process (one SingleThreadedExecutor on their
     own context), the arrangement the demo does NOT use: to measure it (docs/architecture.md, "Threading")."""
@@ -860,6 +894,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
             result["ros_locked_memory_mb"] = locked_memory_mb(pids)
             result["ros_node_gc"] = probe.node_gc_pauses()
             result["ros_sim_loop"] = sim_loop_timing(probe)
+            result["ros_policy_answers"] = policy_answer_timing(probe)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:

@@ -15,6 +15,7 @@ Two timing modes, matching sim_node's:
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -29,6 +30,7 @@ from std_msgs.msg import Float64MultiArray, String
 from visualization_msgs.msg import MarkerArray
 
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
+from arm_act.nodes.loop_timing import AnswerTiming
 from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, GRIPPER_RANGE
 from arm_act.ros import conversions as conv
 from arm_act.ros.qos import TRANSIENT_LOCAL
@@ -85,7 +87,11 @@ class ControllerNode(Node, ABC):
 
         self.arm_pub = self.create_publisher(Float64MultiArray, conv.ARM_COMMAND_TOPIC, 10)
         self.gripper_pub = self.create_publisher(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, 10)
-        self.create_subscription(JointState, "joint_states", self.joint_state_callback, 10)
+        # Realtime: when each tick's /clock and joint state came in (system clock ns), to time the answer.
+        self.answer_timing = AnswerTiming(self.control_rate)
+        self._tick_in: dict[int, int] = {}  # stamp -> /clock callback (only the latest few)
+        self._joint_in: tuple[int, int] | None = None  # (stamp, joint state callback)
+        self.create_subscription(JointState, "joint_states", self._joint_state_in, 10)
         self.create_subscription(String, "task", self.task_callback, TRANSIENT_LOCAL)
         self.create_subscription(String, "episode", self.episode_callback, TRANSIENT_LOCAL)
         if self.uses_objects:
@@ -117,6 +123,14 @@ class ControllerNode(Node, ABC):
 
     # ------------------------------------------------------------ observation input
     @guarded("joint_states")
+    @guarded("joint_states")
+    def _joint_state_in(self, msg: JointState) -> None:
+        """joint_state_callback, noting when it began first: the tick it completes acts inside
+        it (AnswerTiming)."""
+        with self.lock:
+            self._joint_in = (conv.stamp_to_ns(msg.header.stamp), time.time_ns())
+        self.joint_state_callback(msg)
+
     def joint_state_callback(self, msg: JointState) -> None:
         positions = conv.joint_positions_from_msg(msg)
         arm = positions[:7]
@@ -214,6 +228,9 @@ class ControllerNode(Node, ABC):
         /clock at the latest: a command never leaves before its tick, nor a clock step late."""
         now = conv.stamp_to_ns(msg.clock)
         with self.lock:
+            self._tick_in[now] = time.time_ns()
+            if len(self._tick_in) > 8:
+                del self._tick_in[min(self._tick_in)]
             self._clock_ns = now
             due = self._due_ns
             if due is not None:  # the last tick's joint state never came: act on what is here
@@ -253,12 +270,16 @@ class ControllerNode(Node, ABC):
         if info is not None and self.joint_positions is not None:
             if self._active_episode != info.episode:
                 self._active_episode = info.episode
+                self.answer_timing.end_episode()
                 self.on_new_episode(info)
             command = self.compute_command(stamp_ns, tick)
         if command is None and self.mode == "lockstep":
             command = self.hold_command()
         if command is not None:
             self.publish_command(*command)
+            joint = self._joint_in
+            if self.mode == "realtime" and joint is not None and joint[0] == stamp_ns:
+                self.answer_timing.answered(stamp_ns, self._tick_in.get(stamp_ns), joint[1], time.time_ns())
 
     def hold_command(self) -> tuple[np.ndarray, float] | None:
         """Hold the last command, else the measured pose."""
@@ -339,7 +360,7 @@ class ControllerNode(Node, ABC):
     def publish_controller_diagnostics(self) -> None:
         with self.lock:
             self.waiting = self.waiting_for()
-            values = self.diagnostic_values()
+            values = {**self.diagnostic_values(), **(self.answer_timing.values() if self.mode == "realtime" else {})}
         level = DiagnosticStatus.WARN if self.waiting else DiagnosticStatus.OK
         status = DiagnosticStatus(level=level, name=f"{self.get_name()}: control",
                                   message=("waiting for " + "; ".join(self.waiting)) if self.waiting else "ok",

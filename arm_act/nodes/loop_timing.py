@@ -129,3 +129,55 @@ class LoopTiming:
             "loop_late_latest": json.dumps(list(self.events), separators=(",", ":")),
             "loop_late_over_10ms_latest": json.dumps(list(self.worst), separators=(",", ":")),
         }
+
+
+class AnswerTiming:
+    """How a controller answered the control ticks in realtime, from its own side: for each
+    tick, when its /clock callback ran, when the tick's joint state callback ran (sim_node
+    writes /clock first, then the joint state; the tick acts once both are here) and when the
+    arm command went out, on the system clock (one machine's for every process, so a reader
+    can set these beside the DDS source timestamps of sim_node's writes). An answer is kept
+    (the KEEP latest) when its command went out more than 1.5 control periods after the one
+    before (a late period as sim_node sees it), or more than EVENT_MS after the later callback
+    (the controller's own work)."""
+
+    def __init__(self, control_rate: int, event_ms: float = EVENT_MS, keep: int = KEEP):
+        self.period_ns = 1e9 / control_rate
+        self.event_ms = event_ms
+        self.answers = 0
+        self.act_max_ms = 0.0
+        self.joint_after_clock_max_ms = 0.0
+        self.late = 0
+        self.events: deque[dict] = deque(maxlen=keep)
+        self._previous_ns: int | None = None
+
+    def answered(self, stamp_ns: int, clock_in_ns: int | None, joint_in_ns: int, written_ns: int) -> None:
+        """The command for the tick stamped stamp_ns went out at written_ns; the tick's /clock
+        callback ran at clock_in_ns (None: not seen) and its joint state's at joint_in_ns."""
+        self.answers += 1
+        ready_ns = max(joint_in_ns, clock_in_ns or joint_in_ns)
+        act_ms = (written_ns - ready_ns) / 1e6
+        joint_after_ms = (joint_in_ns - clock_in_ns) / 1e6 if clock_in_ns is not None else None
+        self.act_max_ms = max(self.act_max_ms, act_ms)
+        if joint_after_ms is not None:
+            self.joint_after_clock_max_ms = max(self.joint_after_clock_max_ms, joint_after_ms)
+        gap_ms = (written_ns - self._previous_ns) / 1e6 if self._previous_ns is not None else None
+        self._previous_ns = written_ns
+        if act_ms > self.event_ms or (gap_ms is not None and gap_ms > 1.5 * self.period_ns / 1e6):
+            self.late += 1
+            self.events.append({"stamp_ns": stamp_ns, "stamp_s": round(stamp_ns / 1e9, 3), "clock_in_ns": clock_in_ns,
+                                "joint_in_ns": joint_in_ns, "written_ns": written_ns,
+                                "since_previous_ms": round(gap_ms, 2) if gap_ms is not None else None,
+                                "act_ms": round(act_ms, 2),
+                                "joint_after_clock_ms": None if joint_after_ms is None else round(joint_after_ms, 2)})
+
+    def end_episode(self) -> None:
+        """The next answer starts a new episode: no period to the one before."""
+        self._previous_ns = None
+
+    def values(self) -> dict[str, str]:
+        """The diagnostics key-values (strings)."""
+        return {"answers_timed": str(self.answers), "answers_late": str(self.late),
+                "answer_act_max_ms": f"{self.act_max_ms:.2f}",
+                "answer_joint_after_clock_max_ms": f"{self.joint_after_clock_max_ms:.2f}",
+                "answers_late_latest": json.dumps(list(self.events), separators=(",", ":"))}

@@ -665,6 +665,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 "commands": str(self.commands_published),
                 "memory_locked": str(realtime.memory_locked()).lower(),
                 **gc_values(),
+                **(self.answer_timing.values() if self.mode == "realtime" else {}),
             }
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
