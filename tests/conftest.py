@@ -81,6 +81,24 @@ def spinning(executor):
         thread.join(timeout=5.0)
 
 
+@contextlib.contextmanager
+def spinning_nodes(context, *nodes):
+    """`nodes` on one SingleThreadedExecutor of `context`, spinning in a background thread for
+    the duration of the block (`spinning`); every node is destroyed after it."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    executor = SingleThreadedExecutor(context=context)
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        with spinning(executor):
+            yield executor
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        executor.shutdown()
+
+
 def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
     """Poll condition() until true or timeout (while a `spinning` executor serves callbacks)."""
     deadline = time.monotonic() + timeout

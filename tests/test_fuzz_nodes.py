@@ -83,7 +83,7 @@ class Driver:
         if camera:
             for name in self.cameras:
                 node.image_callback(name, conv.image_msg(self.t, np.full((96, 96, 3), 90, np.uint8), name))
-        node.joint_state_callback(conv.joint_state_msg(self.t, HOME, np.zeros(9), np.zeros(9)))
+        node._joint_state_in(conv.joint_state_msg(self.t, HOME, np.zeros(9), np.zeros(9)))
         if node.mode == "realtime":
             node.clock_tick_callback(conv.clock_msg(self.t))
 
@@ -115,7 +115,7 @@ def _fuzz(name, driver, callback, strategy):
 
 
 POLICY_INPUTS = {
-    "joint_states": (lambda n: n.joint_state_callback, st.one_of(ms.messages(JointState), ms.joint_states_like())),
+    "joint_states": (lambda n: n._joint_state_in, st.one_of(ms.messages(JointState), ms.joint_states_like())),
     "task": (lambda n: n.task_callback, ms.messages(String)),
     "episode": (lambda n: n.episode_callback, st.one_of(ms.messages(String), ms.episode_json_like())),
     "front image": (lambda n: lambda m: n.image_callback("front", m),
@@ -153,7 +153,7 @@ def test_policy_node_survives_any_message(ros_context, tiny_checkpoint, topic, m
 
 EXPERT_INPUTS = {
     "objects": (lambda n: n.objects_callback, st.one_of(ms.messages(MarkerArray), ms.markers_like())),
-    "joint_states": (lambda n: n.joint_state_callback, ms.joint_states_like()),
+    "joint_states": (lambda n: n._joint_state_in, ms.joint_states_like()),
     "episode": (lambda n: n.episode_callback, ms.episode_json_like()),
 }
 

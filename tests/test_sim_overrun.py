@@ -6,7 +6,6 @@ import itertools
 import time
 
 import pytest
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -14,7 +13,7 @@ from std_msgs.msg import Float64MultiArray
 
 from arm_act.nodes.sim_node import SimNode
 from arm_act.ros import conversions as conv
-from tests.conftest import spinning, wait_for
+from tests.conftest import spinning_nodes, wait_for
 
 STALL_S = 0.045
 STALL_AT_STEP = 44  # the episode's env steps, from its start (a plain joint-state step)
@@ -48,17 +47,9 @@ def test_after_a_stalled_step_the_ticks_keep_their_periods_and_the_overrun_is_re
             gripper_pub.publish(Float64MultiArray(data=[0.04]))
 
     client.create_subscription(JointState, "joint_states", on_state, 50)
-    executor = SingleThreadedExecutor(context=ros_context)
-    executor.add_node(sim)
-    executor.add_node(client)
-    try:
-        with spinning(executor):
-            assert wait_for(lambda: len(steps) >= STALL_AT_STEP + 40, timeout=60)
-            values = sim.loop_timing.values()
-    finally:
-        sim.destroy_node()
-        client.destroy_node()
-        executor.shutdown()
+    with spinning_nodes(ros_context, sim, client):
+        assert wait_for(lambda: len(steps) >= STALL_AT_STEP + 40, timeout=60)
+        values = sim.loop_timing.values()
     assert int(values["loop_overruns"]) >= 1 and float(values["loop_skipped_ms"]) >= 20.0, values
     assert float(values["loop_late_max_ms"]) >= 35.0, values
     # The joint states after the stalled step went out a step period apart (10 ms at 100 Hz),

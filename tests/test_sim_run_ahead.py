@@ -5,7 +5,6 @@ at its own time, exactly once and in order."""
 import time
 
 import pytest
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
@@ -13,7 +12,7 @@ from std_msgs.msg import Float64MultiArray
 
 from arm_act.nodes.sim_node import SimNode
 from arm_act.ros import conversions as conv
-from tests.conftest import spinning, wait_for
+from tests.conftest import spinning_nodes, wait_for
 
 
 def _sim(ros_context, **params):
@@ -60,16 +59,8 @@ def test_camera_ticks_render_before_their_time_and_no_joint_state_is_lost(ros_co
     client.create_subscription(JointState, "joint_states", on_state, 50)
     client.create_subscription(Image, "camera/front/image_raw",
                                lambda m: images.append((conv.stamp_to_ns(m.header.stamp), time.monotonic())), 10)
-    executor = SingleThreadedExecutor(context=ros_context)
-    executor.add_node(sim)
-    executor.add_node(client)
-    try:
-        with spinning(executor):
-            assert wait_for(lambda: len(images) >= 12, timeout=60)
-    finally:
-        sim.destroy_node()
-        client.destroy_node()
-        executor.shutdown()
+    with spinning_nodes(ros_context, sim, client):
+        assert wait_for(lambda: len(images) >= 12, timeout=60)
     # Every 10 ms step's joint state arrived once and in order, the deferred ones included.
     stamps = [s for s, _ in states]
     first = stamps.index(min(s for s, _ in images))  # from the episode's first camera tick on

@@ -123,7 +123,6 @@ class ControllerNode(Node, ABC):
 
     # ------------------------------------------------------------ observation input
     @guarded("joint_states")
-    @guarded("joint_states")
     def _joint_state_in(self, msg: JointState) -> None:
         """joint_state_callback, noting when it began first: the tick it completes acts inside
         it (AnswerTiming)."""
@@ -131,6 +130,7 @@ class ControllerNode(Node, ABC):
             self._joint_in = (conv.stamp_to_ns(msg.header.stamp), time.time_ns())
         self.joint_state_callback(msg)
 
+    @guarded("joint_states")
     def joint_state_callback(self, msg: JointState) -> None:
         positions = conv.joint_positions_from_msg(msg)
         arm = positions[:7]
