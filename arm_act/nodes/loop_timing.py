@@ -1,4 +1,5 @@
-"""How sim_node's realtime loop keeps its schedule, measured by the loop itself.
+"""How sim_node's realtime loop keeps its schedule, measured by the loop itself
+(LoopTiming), and how a controller answers the ticks it publishes (AnswerTiming, below).
 
 The loop alternates work (physics steps, renders of both cameras, publications) with waits
 until the wall clock reaches the next publication time (SimNode._pace). A publication reached
@@ -32,6 +33,8 @@ WORST_MS = 10.0
 
 
 class LoopTiming:
+    """sim_node's account of its loop: maxima, counts and the latest late publications."""
+
     def __init__(self, event_ms: float = EVENT_MS, keep: int = KEEP):
         self.event_ms = event_ms
         self.late_max_ms = 0.0
