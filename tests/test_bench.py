@@ -67,6 +67,7 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     loop = printed["ros_sim_loop"]  # sim_node's own timing: a physics step and a render happened
     assert loop["step_max_ms"] > 0 and loop["render_max_ms"] > 0 and loop["loop_late_max_ms"] >= 0
     assert loop["start_render_max_ms"] > 0 and loop["loop_wake_late_max_ms"] >= 0  # each episode starts with one
+    assert loop["loop_overruns"] >= 0 and loop["loop_skipped_ms"] >= 0
     assert len(loop["late"]) <= min(12, loop["loop_late_events"])  # the latest late publications, explained
     assert all(e["work_ms"] is None or e["work_ms"] >= 0 for e in loop["late"]), loop["late"]
     answers = printed["ros_policy_answers"]  # policy_node timed its answers to the ticks, in parts

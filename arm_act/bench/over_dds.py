@@ -661,7 +661,7 @@ def late_counters_sample(pids: dict[str, int], kernel_pids: Sequence[int]) -> di
 SIM_LOOP_KEYS = ("loop_late_max_ms", "loop_late_over_10ms", "step_max_ms", "render_max_ms")
 # Keys of newer sim_nodes (arm_act.nodes.loop_timing), recorded where present.
 SIM_LOOP_EXTRA_KEYS = ("loop_late_events", "loop_wake_late_max_ms", "step_cpu_max_ms", "render_cpu_max_ms",
-                       "start_render_max_ms")
+                       "start_render_max_ms", "loop_overruns", "loop_skipped_ms")
 
 
 def sim_loop_timing(probe) -> dict | None:
