@@ -75,19 +75,23 @@ def overlapping(stalls: dict, w0: float, w1: float) -> list[tuple[int, float, fl
     return out
 
 
+def around(stalls: dict, w0: float, w1: float) -> str:
+    """The stalls over wall span w0..w1 (monotonic s), in words: every CPU, some, or none."""
+    seen = overlapping(stalls, w0, w1)
+    every = bool(seen) and {cpu for cpu, _, _ in seen} == {row["cpu"] for row in stalls["cpus"]}
+    return ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
+        ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+
+
 def match(bench: dict, stalls: dict) -> list[str]:
     origin = bench.get("window_start_monotonic_s")
     if origin is None:
         raise SystemExit("the bench JSON has no window_start_monotonic_s (made before it was recorded)")
     lines = []
-    cpus = {row["cpu"] for row in stalls["cpus"]}
     for period in bench.get("late_periods") or []:
         w1 = origin + period["at_s"]
         w0 = w1 - max(period["received_ms"], period["sent_ms"]) / 1e3
-        seen = overlapping(stalls, w0, w1)
-        every = {cpu for cpu, _, _ in seen} == cpus
-        what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
-            ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+        what = around(stalls, w0, w1)
         lines.append(f"late period at {period['at_s']} s (received {period['received_ms']} ms, sent "
                      f"{period['sent_ms']} ms, sim {period['sim_ms']} ms): {what}")
     loop = bench.get("ros_sim_loop") or {}
@@ -97,10 +101,7 @@ def match(bench: dict, stalls: dict) -> list[str]:
         # wait before the work (or the work's start) to the moment the publication was reached.
         w1 = event["monotonic_s"]
         w0 = w1 - ((event.get("work_ms") or 0.0) + event.get("wake_late_ms", 0.0)) / 1e3
-        seen = overlapping(stalls, w0, w1)
-        every = bool(seen) and {cpu for cpu, _, _ in seen} == cpus
-        what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
-            ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+        what = around(stalls, w0, w1)
         lines.append(
             f"sim_node late {event['late_ms']} ms at {w1 - origin:.3f} s ({event.get('what', 'tick')}, "
             f"episode {event['episode']}, "
@@ -111,10 +112,7 @@ def match(bench: dict, stalls: dict) -> list[str]:
     for event in (bench.get("ros_policy_answers") or {}).get("late") or []:
         # policy_node's late answers (AnswerTiming): since its answer before.
         w1 = event["monotonic_s"]
-        seen = overlapping(stalls, w1 - (event.get("since_previous_ms") or event["act_ms"]) / 1e3, w1)
-        every = bool(seen) and {cpu for cpu, _, _ in seen} == cpus
-        what = ("every CPU stalled: " if every else "stalls: " if seen else "no stall on any CPU") + \
-            ", ".join(f"CPU {cpu} {ms} ms" for cpu, _, ms in seen)
+        what = around(stalls, w1 - (event.get("since_previous_ms") or event["act_ms"]) / 1e3, w1)
         lines.append(f"policy_node answered the tick at {event['stamp_s']} s {event.get('since_previous_ms')} ms "
                      f"after its answer before, at {w1 - origin:.3f} s: /clock from sim_node's write to the callback "
                      f"{event.get('clock_to_callback_ms')} ms, the joint state {event.get('joint_after_clock_ms')} ms "

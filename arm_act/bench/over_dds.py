@@ -98,9 +98,10 @@ over 10 and 5 ms; loop_wake_late_max_ms, how late a wait woke up at worst; step_
 render_max_ms, its longest physics step and render of both cameras in the loop, in thread-CPU
 ms step_cpu_max_ms and render_cpu_max_ms, and start_render_max_ms at an episode's start;
 `late` and `late_over_10ms`, its latest publications over 5 and over 10 ms late with the work
-before each, arm_act.nodes.loop_timing). `ros_policy_answers`: how long policy_node took to
-answer each control tick, from sim_node's write of its joint state to the command's write, and
-the longest of its parts (DDS delivery, the executor's queue, the node's work; AnswerTiming).
+before each, arm_act.nodes.loop_timing). `ros_policy_answers`: policy_node's answers to the
+control ticks (AnswerTiming): how many, how many late (over 1.5 periods after the answer before,
+or over 5 ms of its own work), its longest own work, and its latest late answers, each with the
+time from sim_node's write of that tick's /clock to the node's /clock callback.
 """
 from __future__ import annotations
 
