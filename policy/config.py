@@ -9,6 +9,11 @@ from typing import Any
 from arm_act.policy.vocab import default_vocab, validate_vocab
 
 
+# Fields added after checkpoints were first written, with the value an older checkpoint's
+# model has (the feature off).
+ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False}
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Shape and training hyper-parameters of the ACT-style policy.
@@ -47,6 +52,11 @@ class PolicyConfig:
     # layouts; never an input. The action loss alone did not teach the policy which block
     # to pick (docs/training.md, "Finding the named block").
     target_weight: float = 0.0
+    # Condition every action query on the target head's estimate of the named block (a small
+    # MLP of the estimate, added to the queries), learned end to end with the chunk loss: the
+    # decoder then gets where to go as three numbers instead of having to find the block again
+    # in the patch tokens. Needs the target head (target_weight > 0).
+    condition_on_target: bool = False
     vocab: tuple[str, ...] = field(default_factory=default_vocab)
 
     def __post_init__(self) -> None:
@@ -60,7 +70,7 @@ class PolicyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
-        for name in ("use_cvae", "pre_ln", "decoder_rope"):
+        for name in ("use_cvae", "pre_ln", "decoder_rope", "condition_on_target"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.image_size % self.patch_size:
@@ -75,6 +85,8 @@ class PolicyConfig:
         if self.decoder_rope and (self.width // self.heads) % 2:
             raise ValueError(f"decoder_rope needs an even head width, got "
                              f"width/heads={self.width}/{self.heads}")
+        if self.condition_on_target and not float(self.target_weight) > 0.0:
+            raise ValueError("condition_on_target needs the target head (target_weight > 0)")
         if not self.cameras:
             raise ValueError("cameras=() must name at least one camera")
         if len(set(self.cameras)) != len(self.cameras):
@@ -127,6 +139,9 @@ class PolicyConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown policy config keys {unknown}")
+        # Checkpoints written before a field existed lack it: it takes the value that
+        # describes the model they hold.
+        data = {**{k: v for k, v in ADDED_FIELDS.items() if k not in data}, **data}
         missing = sorted(names - set(data))
         if missing and not partial:
             raise ValueError(f"policy config is missing keys {missing}")

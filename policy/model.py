@@ -151,6 +151,13 @@ class ACTPolicy(nn.Module):
         self.patch_target_head = nn.Linear(d, 1) if config.target_weight > 0 else None
         self.target_head = nn.Linear(d, 3) if config.target_weight > 0 else None
         self.register_buffer("target_centre", torch.tensor(TARGET_CENTRE), persistent=False)
+        # The estimate (in the head's normalised units) -> an offset added to every action
+        # query. The last layer starts at zero, so training starts from the unconditioned model.
+        self.target_to_queries = None
+        if config.condition_on_target:
+            self.target_to_queries = nn.Sequential(nn.Linear(3, d), nn.GELU(), nn.Linear(d, d))
+            nn.init.zeros_(self.target_to_queries[2].weight)
+            nn.init.zeros_(self.target_to_queries[2].bias)
 
     def tokenizer(self) -> InstructionTokenizer:
         return InstructionTokenizer(self.config.vocab, self.config.max_instruction_tokens)
@@ -200,15 +207,18 @@ class ACTPolicy(nn.Module):
             mask = key_padding_mask(valid)  # (B, 1, 1, N)
         memory = self.encoder(x, mask)  # (B, N, D)
         queries = self.action_queries.expand(b, -1, -1)  # (B, K, D)
-        h, weights = self.decoder(queries, memory, mask, need_weights=need_weights)  # (B, K, D)
         target = logits = None
         if self.target_head is not None:
             first = self.layout.camera_starts[0]
             patches = memory[:, first:]  # (B, C*h*w, D)
             scores = self.patch_target_head(patches).squeeze(-1)  # (B, C*h*w)
             pooled = (scores.softmax(dim=-1)[..., None] * patches).sum(dim=1)  # (B, D)
-            target = self.target_head(pooled) * TARGET_SCALE + self.target_centre  # (B, 3) m
+            estimate = self.target_head(pooled)  # (B, 3) normalised units
+            target = estimate * TARGET_SCALE + self.target_centre  # (B, 3) m
             logits = scores.unflatten(-1, (len(cfg.cameras), cfg.patches_per_camera))  # (B, C, h*w)
+            if self.target_to_queries is not None:
+                queries = queries + self.target_to_queries(estimate)[:, None]  # (B, K, D)
+        h, weights = self.decoder(queries, memory, mask, need_weights=need_weights)  # (B, K, D)
         return PolicyOutput(self.head(h), mu, logvar, weights, target, logits)  # actions (B, K, A)
 
     def loss(self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None
