@@ -3,7 +3,7 @@
     python benchmarks/policy_diagnostics.py labels DIR... [--cache DIR]
     python benchmarks/policy_diagnostics.py probe CKPT TAKEOVER_DIR [--cache DIR] [--after 6]
     python benchmarks/policy_diagnostics.py grasps CKPT --seeds 100018 100026 ... [--blocks 2-5]
-    python benchmarks/policy_diagnostics.py trace CKPT --seed 100035 [--aim] [--before 30]
+    python benchmarks/policy_diagnostics.py trace CKPT --seed 100035 [--assist] [--before 30]
 
 labels: in every successful demonstration, the frames where the named block is held low
 over the box (fingers on a block, block centre 4-9 cm high, within 5 cm of the box centre),
@@ -22,8 +22,8 @@ block was ever lifted.
 
 trace: one closed-loop episode, tick by tick around the first close of the gripper command:
 the grasp point minus the named block (cm), the gripper command and fingers (mm), and the
-target head's newest estimate minus the block (cm). Without --aim the chunks' own commands
-(as `arm-act eval --no-aim`); docs/training.md, "Aim correction", quotes seed 100035.
+target head's newest estimate minus the block (cm). Without --assist the chunks' own commands
+(as `arm-act eval` by default); docs/training.md, "Aim correction", quotes seed 100035.
 """
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def trace(args) -> None:
 
     runtime = PolicyRuntime.from_checkpoint(args.checkpoint, threads=1)
     spec = episode_spec(args.seed - args.first_seed, args.first_seed, parse_blocks(args.blocks))
-    agent = PolicyAgent(runtime, 1, aim=args.aim)
+    agent = PolicyAgent(runtime, 1, assist=args.assist)
     rows: list[str] = []
     closed_at = None
     with ArmEnv(SimConfig()) as env:
@@ -155,7 +155,7 @@ def trace(args) -> None:
                 closed_at = len(rows) - 1
 
         result = run_episode(env, agent, spec.seed, spec.n_blocks, render=True, on_tick=on_tick)
-    print(f"seed {spec.seed} ({spec.n_blocks} blocks), aim {'on' if args.aim else 'off'}: {result.status}")
+    print(f"seed {spec.seed} ({spec.n_blocks} blocks), assist {'on' if args.assist else 'off'}: {result.status}")
     if closed_at is None:
         print("the gripper command never closed")
         return
@@ -184,7 +184,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, required=True, help="an evaluation seed (the block count is drawn from it)")
     p.add_argument("--blocks", default="2-5")
     p.add_argument("--first-seed", type=int, default=100000, help="the evaluation's --seed")
-    p.add_argument("--aim", action="store_true", help="with the aim correction (as policy_node by default)")
+    p.add_argument("--assist", action="store_true", help="with the hand-written assist (policy_node's assist)")
     p.add_argument("--before", type=int, default=30, help="ticks shown before the first close")
     args = parser.parse_args()
     {"labels": labels, "probe": probe, "grasps": grasps, "trace": trace}[args.command](args)

@@ -53,6 +53,8 @@ def generate_launch_description():
         DeclareLaunchArgument("use_sim_time", default_value="true"),
         DeclareLaunchArgument("mode", default_value="realtime", description="realtime or lockstep"),
         DeclareLaunchArgument("execution", default_value="ensemble", description="ensemble or queue"),
+        DeclareLaunchArgument("assist", default_value="false",
+                              description="policy_node's hand-written assist (colour balance, aim, grasp check)"),
         DeclareLaunchArgument("gui", default_value="false", description="PyBullet's own viewer"),
         DeclareLaunchArgument("record", default_value="false", description="record a rosbag2 MCAP bag"),
         DeclareLaunchArgument("bag_path", default_value="",
@@ -94,6 +96,7 @@ def generate_launch_description():
             "mode": arg("mode"),
             "checkpoint": arg("checkpoint"),
             "execution": arg("execution"),
+            "assist": ParameterValue(arg("assist"), value_type=bool),
             "control_rate": ParameterValue(arg("control_rate"), value_type=int),
             "autostart": False,  # the transitions below drive it
             "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),

@@ -8,7 +8,6 @@ from typing import Any
 
 from arm_act.policy.vocab import default_vocab, validate_vocab
 
-
 # Fields added after checkpoints were first written, with the value an older checkpoint's
 # model has (the feature off).
 ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False}

@@ -151,7 +151,7 @@ class PolicyRuntime:
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
-                 device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = True):
+                 device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = False):
         """control_rate: Hz of the ticks the executor counts (the ensembling's time unit).
         colour_balance: scale each camera pair to the training light (policy/colour.py) when the
         checkpoint has a colour reference; `self.colour_balance` is None when it does not run."""
@@ -208,7 +208,7 @@ class PolicyRuntime:
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
                         image_size: int | None = None, backend: str = "torch",
                         device: str | torch.device = "cpu", control_rate: float = 50.0,
-                        colour_balance: bool = True) -> PolicyRuntime:
+                        colour_balance: bool = False) -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)

@@ -316,8 +316,8 @@ def test_a_grasp_the_chunks_miss_succeeds_with_the_aim_correction(capsys):
     """Seed 100035 (2 blocks): the hand-made checkpoint's chunks (checkpoints/by_hand, the
     shipped one until 4 December 2026, with which the aim correction was built) come down
     2.1-2.7 cm short of the green block and close on nothing, while its target head places
-    the block within 0.3-1.3 cm. `arm-act eval` runs it with the correction (the default) and
-    with --no-aim."""
+    the block within 0.3-1.3 cm. `arm-act eval` runs it with --assist (the correction) and
+    without (the default: the network alone)."""
     import json
 
     from arm_act.cli import main as cli
@@ -325,13 +325,15 @@ def test_a_grasp_the_chunks_miss_succeeds_with_the_aim_correction(capsys):
     args = ["eval", "--policy", str(BY_HAND), "--episodes", "1", "--seed", "100035",
             "--threads", "1", "--latency-ticks", "1", "--time-limit", "8", "--json"]
     records = {}
-    for extra in ([], ["--no-aim"]):
+    for extra in ([], ["--assist"]):
         assert cli.main([*args, *extra]) == 0
         summary = json.loads(capsys.readouterr().out)
-        records[bool(extra)] = (summary["policy"]["aim"], summary["results"][0])
-    aim, record = records[True]
-    assert aim is False and not record["success"] and record["first_grasp_missed"]
+        records[bool(extra)] = (summary["policy"]["assist"], summary["results"][0])
+    assist, record = records[False]
+    assert assist is False and not record["success"] and record["first_grasp_missed"]
+    assert not record["first_grasp_held"] and record["first_grasp_xy_cm"] > 2.0
     assert "aim_shift_cm_max" not in record
-    aim, record = records[False]
-    assert aim is True and record["success"] and not record["first_grasp_missed"]
+    assist, record = records[True]
+    assert assist is True and record["success"] and not record["first_grasp_missed"]
+    assert record["first_grasp_held"] and record["first_grasp_xy_cm"] < 2.0
     assert 1.0 < record["aim_shift_cm_max"] <= 100 * AimSettings().max_shift

@@ -160,8 +160,8 @@ def test_takeover_options_without_a_policy_are_an_error(tmp_path, capsys):
     assert cli.main(["collect", "--handover", "1-2", "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
     assert "handover=(1.0, 2.0): takeover episodes only; give a policy checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    assert cli.main(["collect", "--aim", "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
-    assert "aim=True: takeover episodes only" in capsys.readouterr().err
+    assert cli.main(["collect", "--assist", "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
+    assert "assist=True: takeover episodes only" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

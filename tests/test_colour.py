@@ -139,10 +139,10 @@ def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can(caplog):
     config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1, decoder_layers=1,
                           chunk_size=4)
     model = ACTPolicy(config)
-    assert PolicyRuntime(model, _normalizer(), backend="torch").colour_balance is None
+    assert PolicyRuntime(model, _normalizer(), backend="torch", colour_balance=True).colour_balance is None
     reference = _normalizer().with_image_reference("front", [0.58, 0.53, 0.47])
-    assert PolicyRuntime(model, reference, colour_balance=False).colour_balance is None
-    runtime = PolicyRuntime(model, reference)
+    assert PolicyRuntime(model, reference).colour_balance is None  # off unless asked (policy_node's assist)
+    runtime = PolicyRuntime(model, reference, colour_balance=True)
     assert runtime.colour_balance is not None and runtime.colour_balance.camera_index == 0
     rng = np.random.default_rng(3)
     images = {"front": np.clip(_scene(rng, 32) * 0.6, 0, 255).astype(np.uint8), "wrist": _scene(rng, 32)}
@@ -152,5 +152,5 @@ def test_the_runtime_balances_only_when_asked_and_the_checkpoint_can(caplog):
     np.testing.assert_allclose(runtime.colour_balance.last_gains.numpy(),
                                np.array([0.58, 0.53, 0.47]) / (np.round(TABLE * 0.6) / 255), rtol=0.02)
     other = _normalizer().with_image_reference("side", [0.58, 0.53, 0.47])  # a camera the policy has not
-    assert PolicyRuntime(model, other).colour_balance is None
+    assert PolicyRuntime(model, other, colour_balance=True).colour_balance is None
     assert "colour balance off: the colour reference is of camera 'side'" in caplog.text

@@ -46,3 +46,31 @@ def test_summary_of_the_expert_has_no_policy_figures():
     summary = summarize(results, {})
     assert "lifted_named_block" not in summary and "target_error_first_cm_median" not in summary
     assert summary["ci95"] == [0.2065, 1.0]
+
+
+def _grasp(success: bool, grasps: int, held: bool, xy: float | None) -> dict:
+    return {"success": success, "n_blocks": 2, "status": "success" if success else "timeout", "grasps": grasps,
+            "first_grasp_missed": grasps >= 1 and not held, "first_grasp_held": held, "first_grasp_xy_cm": xy}
+
+
+def test_grasp_precision_reports_percentiles_a_histogram_and_the_misses():
+    from arm_act.eval.evaluate import GRASP_ERROR_BINS_CM, describe_grasp_precision
+
+    results = [_grasp(True, 1, True, v) for v in (0.2, 0.4, 0.6, 0.8, 1.2)]
+    results += [_grasp(False, 2, False, 3.5), _grasp(False, 0, False, None)]  # a miss; one never closed
+    g = summarize(results, {})["grasp_precision"]
+    assert (g["closed"], g["held"], g["closed_on_nothing"]) == (6, 5, 1)
+    assert g["xy_cm_p50"] == 0.7 and g["xy_cm_max"] == 3.5
+    assert g["xy_cm_p90"] == pytest.approx(2.35)  # linear interpolation between 1.2 and 3.5
+    assert g["histogram"]["edges_cm"] == list(GRASP_ERROR_BINS_CM)
+    assert g["histogram"]["counts"] == [2, 2, 1, 0, 0, 1, 0, 0] and sum(g["histogram"]["counts"]) == 6
+    assert describe_grasp_precision(g) == ("first grasp 0.70 cm p50, 2.35 cm p90 from the block's centre "
+                                           "(n=6), 1 closed on nothing")
+
+
+def test_grasp_precision_without_any_grasp():
+    from arm_act.eval.evaluate import describe_grasp_precision
+
+    g = summarize([_grasp(False, 0, False, None)], {})["grasp_precision"]
+    assert g["xy_cm_p50"] is None and g["histogram"]["counts"] == [0] * 8
+    assert describe_grasp_precision(g) == "no grasp closed"

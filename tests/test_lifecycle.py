@@ -85,21 +85,17 @@ def test_bad_checkpoint_fails_configure_with_a_reason_and_the_node_lives(ros_con
             ok, reason = operator.set_parameter("regrasp_retry", "again")
             assert not ok and "regrasp_retry must be one of ['reflex', 'policy']" in reason
             assert operator.set_parameter("regrasp_retry", "policy") == (True, "")
-            assert operator.set_parameter("aim_correction", False) == (True, "")
-            assert operator.set_parameter("colour_balance", False) == (True, "")
+            assert policy.get_parameter("assist").value is False  # the default: the network alone
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert operator.state() == "inactive" and policy.runtime is not None
-            assert policy.selector.aim is None  # aim_correction false: the chunks as they are
-            assert policy.runtime.colour_balance is None  # colour_balance false: the images as rendered
-            assert wait_for(lambda: operator.diagnostics and operator.diagnostic("aim_correction") == "off"
+            assert policy.selector.aim is None  # assist false: the chunks as they are
+            assert policy.runtime.colour_balance is None  # ... and the images as rendered
+            assert wait_for(lambda: operator.diagnostics and operator.diagnostic("assist") == "off"
                             and operator.diagnostic("colour_gains") == "off", timeout=10)
-            ok, reason = operator.set_parameter("colour_balance", True)
-            assert not ok and "read at configure" in reason
-            ok, reason = operator.set_parameter("aim_correction", True)
+            ok, reason = operator.set_parameter("assist", True)
             assert not ok and "read at configure" in reason
             assert operator.transition(Transition.TRANSITION_CLEANUP) is True
-            assert operator.set_parameter("aim_correction", True) == (True, "")
-            assert operator.set_parameter("colour_balance", True) == (True, "")
+            assert operator.set_parameter("assist", True) == (True, "")
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert policy.runtime.colour_balance is not None  # the checkpoint has a colour reference
             assert wait_for(lambda: operator.diagnostic("colour_gains") == "1.000 1.000 1.000", timeout=10)

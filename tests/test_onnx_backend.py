@@ -41,8 +41,9 @@ def normalizer() -> Normalizer:
     return Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.3))
 
 
-@pytest.mark.parametrize("overrides", [{}, {"use_cvae": True, "decoder_layers": 2, "decoder_rope": True}],
-                         ids=["plain", "cvae-2dec-rope"])
+@pytest.mark.parametrize("overrides", [{}, {"use_cvae": True, "decoder_layers": 2, "decoder_rope": True},
+                                       {"target_weight": 1.0, "condition_on_target": True}],
+                         ids=["plain", "cvae-2dec-rope", "target-conditioned"])
 def test_onnx_matches_torch_with_and_without_padding(overrides):
     model = tiny_model(**overrides)
     backend = OnnxPolicy.export(model, threads=1)

@@ -170,6 +170,7 @@ def test_a_resumed_stage_counts_the_time_of_every_run(tmp_path):
     ({"train": {"train": {"steps": 0}}}, "steps"),
     ({"robustness": {"episodes": 1, "seed": 1, "variants": "rain"}}, "rain"),
     ({"colour": "red"}, "unknown keys"),
+    ({"eval_assist": "yes"}, r"eval_assist='yes' must be true or false"),
     ({"demos": [{"name": "d", "episodes": 1, "seed": 1, "world": "fog"}]}, r"demos\[0\]\.world='fog'"),
 ])
 def test_recipe_errors_name_the_field(change, message):

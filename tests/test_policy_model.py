@@ -167,15 +167,20 @@ def test_bad_inputs_are_rejected_with_shapes_in_the_message():
     dict(use_cvae=True, decoder_layers=3, decoder_rope=True),
     dict(pre_ln=False, decoder_layers=2),
     dict(target_weight=0.5),
+    dict(target_weight=0.5, condition_on_target=True),
 ])
 def test_every_parameter_receives_a_gradient(overrides):
     # The original ACT built 7 decoder layers but read the first one's output (act#25).
     cfg = tiny_config(**overrides)
     model = make_model(cfg).train()
+    if cfg.condition_on_target:  # its last layer starts at zero, which stops the first one's gradient
+        torch.nn.init.normal_(model.target_to_queries[2].weight, std=0.1)  # as after the first step
     loss, _ = model.loss(make_batch(cfg), generator=torch.Generator().manual_seed(0))
     loss.backward()
+    # patch_target_head.bias shifts every patch's score alike, which a softmax ignores: its
+    # gradient is zero up to rounding, so it is not asked to be non-zero.
     dead = [name for name, p in model.named_parameters()
-            if p.grad is None or not bool(p.grad.abs().sum() > 0)]
+            if name != "patch_target_head.bias" and (p.grad is None or not bool(p.grad.abs().sum() > 0))]
     assert not dead, dead
 
 
@@ -375,3 +380,33 @@ def test_policy_imports_without_ros_or_pybullet():
             "bad = [m for m in ('rclpy', 'pybullet') if m in sys.modules]; "
             "sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_action_queries_follow_the_target_estimate():
+    """condition_on_target: the chunk depends on the target head's estimate through the
+    queries. The offset's last layer starts at zero (the unconditioned model's output); once
+    it is not zero, moving the estimate moves the chunk."""
+    cfg = tiny_config(target_weight=1.0, condition_on_target=True)
+    model = make_model(cfg).eval()
+    batch = make_batch(cfg)
+    inputs = {k: batch[k] for k in ("images", "state", "instruction_ids", "instruction_mask")}
+    with torch.no_grad():
+        before = model(**inputs).actions
+        model.target_head.bias.add_(0.5)  # the estimate moves by 5 cm on every axis
+        assert torch.equal(model(**inputs).actions, before)  # zero-initialised: no effect yet
+        torch.nn.init.normal_(model.target_to_queries[2].weight, std=0.1)
+        after = model(**inputs).actions
+        model.target_head.bias.sub_(0.5)
+        assert not torch.allclose(model(**inputs).actions, after)
+
+
+def test_condition_on_target_needs_the_target_head_and_old_configs_load_without_it():
+    with pytest.raises(ValueError, match="condition_on_target needs the target head"):
+        PolicyConfig(condition_on_target=True, target_weight=0.0)
+    old = PolicyConfig(target_weight=1.0).to_dict()
+    del old["condition_on_target"]  # a checkpoint written before the field existed
+    assert PolicyConfig.from_dict(old).condition_on_target is False
+    incomplete = dict(old)
+    del incomplete["width"]
+    with pytest.raises(ValueError, match=r"missing keys \['width'\]"):
+        PolicyConfig.from_dict(incomplete)

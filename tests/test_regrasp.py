@@ -208,7 +208,7 @@ def test_a_pushed_block_the_chunks_never_grasp_is_grasped_by_the_reflex():
     results = {}
     with ArmEnv(SimConfig(), perturbation=perturbation("push")) as env:
         for retry in ("policy", "reflex"):
-            agent = PolicyAgent(runtime, 1, retry=retry)
+            agent = PolicyAgent(runtime, 1, retry=retry, assist=True)
             results[retry] = (run_episode(env, agent, spec.seed, spec.n_blocks).status,
                               agent.selector.aim.misses)
     assert results["policy"] == ("timeout", 3)

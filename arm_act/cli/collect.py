@@ -50,9 +50,9 @@ def configure(parser) -> None:
                             "grasp: as the policy starts to close the gripper (aim corrections)")
     group.add_argument("--latency-ticks", type=int,
                        help="control ticks before a chunk is usable (with --policy; default 1)")
-    group.add_argument("--aim", action="store_true",
-                       help="the driving policy runs with the aim correction, as policy_node does (with --policy; "
-                            "default off: the takeover labels the chunks' own errors)")
+    group.add_argument("--assist", action="store_true",
+                       help="the driving policy runs with the hand-written assist (policy_node's assist; with "
+                            "--policy; default off: the takeover labels the network's own errors)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the complete bags already in --out and collect only the missing episodes "
                              "(a bag left incomplete by an interrupted run is set aside as <name>.incomplete)")
@@ -78,7 +78,7 @@ def run(args) -> int:
             out=args.out, perturb=args.perturb, control_rate=args.control_rate, camera_rate=args.camera_rate,
             compression=None if args.compression == "none" else args.compression, policy=args.policy,
             handover=None if args.handover is None else _parse_handover(args.handover),
-            latency_ticks=args.latency_ticks, aim=args.aim, world=args.world)
+            latency_ticks=args.latency_ticks, assist=args.assist, world=args.world)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     with progress_bar(args.episodes, "collect", unit="ep") as bar:

@@ -20,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+from arm_act.cli.eval import add_assist_argument
 from arm_act.cli.main import CommandError
 from arm_act.common.paths import config_file, default_checkpoint
 from arm_act.common.processes import NodeProcesses, ros_args
@@ -46,6 +47,7 @@ def configure(parser) -> None:
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
     parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
+    add_assist_argument(parser)
     parser.add_argument("--real-time-factor", type=float, default=1.0,
                         help="sim speed vs wall clock (0: as fast as it goes)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the nodes")
@@ -82,7 +84,8 @@ def _start_nodes(children: NodeProcesses, args, env: dict, checkpoint: Path | No
         children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)
     else:
         children.start("policy_node", "arm_act.nodes.policy_node", ros_args(
-            {"execution": args.execution, **common, "checkpoint": str(checkpoint)}, config_file("policy.yaml")), env)
+            {"execution": args.execution, "assist": args.assist, **common, "checkpoint": str(checkpoint)},
+            config_file("policy.yaml")), env)
     children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
         **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
         "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,

@@ -66,6 +66,13 @@ def configure(parser) -> None:
     add_policy_arguments(parser)
 
 
+def add_assist_argument(parser) -> None:
+    """--assist: the same switch on eval, demo and collect (policy_node's `assist`)."""
+    parser.add_argument("--assist", action="store_true",
+                        help="run the hand-written assist around the network: colour balance, aim correction, "
+                             "grasp check and re-grasp reflex (policy_node's assist; default: the network alone)")
+
+
 def add_policy_arguments(parser) -> None:
     """Options that only apply to a checkpoint policy (the runtime)."""
     group = parser.add_argument_group("checkpoint policy")
@@ -83,19 +90,14 @@ def add_policy_arguments(parser) -> None:
                             "run by onnxruntime (checked against torch; falls back to torch)")
     group.add_argument("--max-joint-speed", type=float, default=3.0,
                        help="rad/s clamp on commanded joint motion (as policy_node)")
-    group.add_argument("--no-aim", action="store_true",
-                       help="run the chunks' arm commands as they are, without the aim correction that steers "
-                            "the grasp onto the target head's estimate (policy_node's aim_correction false)")
+    add_assist_argument(group)
     group.add_argument("--regrasps", type=int, default=3,
-                       help="with the aim correction: reopen at most this many grasps an episode that closed on "
+                       help="with --assist: reopen at most this many grasps an episode that closed on "
                             "nothing, for the policy to grasp again (0: never; policy_node's regrasps)")
     group.add_argument("--retry", choices=("reflex", "policy"), default="reflex",
                        help="how a reopened grasp is retried: 'reflex' (up, over the target head's estimate, "
                             "down, close; then the chunks again) or 'policy' (the chunks alone, aim-corrected); "
                             "policy_node's regrasp_retry")
-    group.add_argument("--no-colour-balance", action="store_true",
-                       help="feed the camera images as rendered, without scaling them to the training light "
-                            "(policy_node's colour_balance false; docs/training.md, 'Colour balance')")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")
 
@@ -103,7 +105,7 @@ def add_policy_arguments(parser) -> None:
 def run(args) -> int:
     from arm_act.common.ray_pool import RayPoolError
     from arm_act.common.worker_pool import WorkerError
-    from arm_act.eval.evaluate import EvalConfig, evaluate
+    from arm_act.eval.evaluate import EvalConfig, describe_grasp_precision, evaluate
     from arm_act.eval.in_process import PolicySettings
     from arm_act.policy.checkpoint import CheckpointError
 
@@ -111,8 +113,7 @@ def run(args) -> int:
         settings = PolicySettings(
             execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
             ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
-            device=args.device, aim=not args.no_aim, regrasps=args.regrasps,
-            retry=args.retry, colour_balance=not args.no_colour_balance)
+            device=args.device, assist=args.assist, regrasps=args.regrasps, retry=args.retry)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
@@ -138,7 +139,8 @@ def run(args) -> int:
     describe = summary["policy"]
     low, high = summary["ci95"]
     name = describe if isinstance(describe, str) else (
-        f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks)")
+        f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks "
+        f"{_latency_source(describe)}, assist {'on' if describe.get('assist') else 'off'})")
     print(f"{name}: {summary['successes']}/{summary['episodes']} success "
           f"({summary['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}) "
           f"in {summary['wall_time_s']:.0f} s")
@@ -154,12 +156,22 @@ def run(args) -> int:
         regrasp = summary["regrasp"]
         print(f"  regrasp: {regrasp['missed_first_grasp']} missed first grasps, "
               f"{regrasp['succeeded_after_miss']} succeeded")
+    if "grasp_precision" in summary:
+        print(f"  {describe_grasp_precision(summary['grasp_precision'])}")
     if "live" in summary:
         _print_live(summary)
     if "target_error_first_cm_median" in summary:
         print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
               "from where it is (median, first camera pair)")
     return 0
+
+
+def _latency_source(describe: dict) -> str:
+    """Where the evaluation's fixed latency came from, for the summary line."""
+    if describe.get("ideal"):
+        return "(ideal)"
+    measured = describe.get("measured_latency_ms")
+    return "(fixed)" if measured is None else f"(measured {measured:g} ms)"
 
 
 def _print_live(summary: dict) -> None:

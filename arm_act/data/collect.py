@@ -87,10 +87,10 @@ class CollectConfig:
     """(lo, hi) sim seconds, MISS: hand over when the policy's grasp closes on nothing, or
     GRASP: as the policy starts to close the gripper."""
     latency_ticks: int | None = None
-    aim: bool = False
-    """Whether the driving policy runs with the aim correction (arm_act.policy.aim), as policy_node
-    does by default. Off by default: takeover rounds label the chunks' own errors, and the
-    shipped recipe's rounds were collected without it."""
+    assist: bool = False
+    """Whether the driving policy runs with the hand-written assist (policy_node's `assist`:
+    colour balance, aim correction, grasp check, re-grasp reflex). Off by default: takeover
+    rounds label the network's own errors."""
     world: str | None = None
     """A world perturbation (arm_act.sim.perturb: lighting, camera, size, distractors, crowded,
     push) applied to every episode, drawn per episode from its seed: domain randomisation for
@@ -109,7 +109,7 @@ class CollectConfig:
         if self.policy is None:
             given = [f"{name}={value}" for name, value in (("handover", self.handover),
                                                            ("latency_ticks", self.latency_ticks),
-                                                           ("aim", self.aim or None))
+                                                           ("assist", self.assist or None))
                      if value is not None]
             if given:
                 raise ValueError(f"{' and '.join(given)}: takeover episodes only; give a policy checkpoint")
@@ -156,7 +156,7 @@ class CollectConfig:
         sim = self.sim_config()
         return PolicyRuntime.from_checkpoint(self.policy, threads=1, cameras=tuple(c.name for c in sim.cameras),
                                              control_rate=sim.control_rate_hz,
-                                             image_size=sim.cameras[0].height)
+                                             image_size=sim.cameras[0].height, colour_balance=self.assist)
 
 
 class _HandoverAgent:
@@ -300,7 +300,7 @@ class CollectionWorker:
         from arm_act.eval.in_process import PolicyAgent
 
         policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz,
-                             aim=config.aim)
+                             assist=config.assist)
         if config.handover in (MISS, GRASP):
             metadata.update(policy=str(config.policy), handover=config.handover)
             agent = MissTakeoverAgent if config.handover == MISS else GraspTakeoverAgent

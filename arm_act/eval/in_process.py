@@ -31,20 +31,21 @@ class PolicyAgent:
     the one policy_node uses, so ROS and in-process runs execute the same commands."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
-                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None, aim: bool = True,
+                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None, assist: bool = False,
                  regrasps: int = 3, retry: str = "reflex"):
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
-        the named block on the video (optional). aim: steer the grasp onto the target head's
-        estimate (arm_act.policy.aim), as policy_node does by default, and reopen at most
-        `regrasps` grasps an episode that closed on nothing, each retried by `retry` ("reflex",
-        arm_act.policy.regrasp, or "policy": the chunks)."""
+        the named block on the video (optional). assist: the hand-written grasp assist around
+        the network (policy_node's `assist`): steer the grasp onto the target head's estimate
+        (arm_act.policy.aim) and reopen at most `regrasps` grasps an episode that closed on
+        nothing, each retried by `retry` ("reflex", arm_act.policy.regrasp, or "policy": the
+        chunks). The runtime's colour balance is the assist's other half (PolicySettings)."""
         from arm_act.common.aim import panda_aim
         from arm_act.policy.runtime import CommandLimiter
         from arm_act.policy.selection import ActionSelector
 
         self.runtime = runtime
         self.selector = ActionSelector(runtime, latency_ticks, CommandLimiter(max_joint_speed, control_rate),
-                                       aim=panda_aim(control_rate, regrasps, retry) if aim else None)
+                                       aim=panda_aim(control_rate, regrasps, retry) if assist else None)
         self.video = video
         self.chunks = 0
         self.project = project
@@ -114,7 +115,8 @@ class GraspTracker:
     and lasts while it stays closed. The first attempt missed when the named block was not
     lifted (centre above LIFTED_Z) before the gripper opened again or the episode ended:
     the fingers closed on nothing, or on a block they did not hold. offset: grasp point
-    minus named block (cm) when the first attempt closed."""
+    minus named block (cm) when the first attempt closed; its horizontal length is the grasp
+    error that evaluation summaries report (first_grasp_xy_cm)."""
 
     def __init__(self, env) -> None:
         self.env = env
@@ -135,8 +137,10 @@ class GraspTracker:
         self._closed = closed
 
     def record(self) -> dict:
+        xy = None if self.first_offset is None else round(math.hypot(*self.first_offset[:2]), 2)
         return {"grasps": self.grasps, "first_grasp_missed": bool(self.grasps >= 1 and not self.first_held),
-                "first_grasp_offset_cm": self.first_offset}
+                "first_grasp_held": bool(self.first_held), "first_grasp_offset_cm": self.first_offset,
+                "first_grasp_xy_cm": xy}
 
 
 def _ticks(*callbacks):
@@ -194,10 +198,12 @@ class PolicySettings:
     backend: str = "torch"
     max_joint_speed: float = 3.0
     device: str = "cpu"  # where torch runs the policy: cpu, auto, cuda, cuda:N (policy/device.py)
-    aim: bool = True  # the aim correction (arm_act.policy.aim); False: the chunks' arm commands as they are
-    regrasps: int = 3  # with aim: grasps closed on nothing that are reopened, at most, per episode
+    # The hand-written assist around the network (policy_node's `assist`): colour balance
+    # (arm_act.policy.colour), aim correction and grasp check (arm_act.policy.aim), re-grasp
+    # reflex (arm_act.policy.regrasp). Off: the network's commands alone, through the limiter.
+    assist: bool = False
+    regrasps: int = 3  # with the assist: grasps closed on nothing that are reopened, at most, per episode
     retry: str = "reflex"  # how a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy"
-    colour_balance: bool = True  # scale images to the training light (arm_act.policy.colour), when the checkpoint can
 
     def __post_init__(self):
         from arm_act.policy.runtime import BACKENDS
@@ -244,9 +250,9 @@ class PolicyRunner:
             "latency_ticks": self.latency_ticks,
             "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
             "ideal": bool(settings.ideal),
-            "aim": bool(settings.aim),
-            "regrasps": int(settings.regrasps) if settings.aim else 0,
-            "retry": settings.retry if settings.aim and settings.regrasps else None,
+            "assist": bool(settings.assist),
+            "regrasps": int(settings.regrasps) if settings.assist else 0,
+            "retry": settings.retry if settings.assist and settings.regrasps else None,
             "colour_balance": runtime.colour_balance is not None,
         }
 
@@ -263,7 +269,7 @@ class PolicyRunner:
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
             backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz,
-            colour_balance=settings.colour_balance)
+            colour_balance=settings.assist)
         measured = None
         if settings.ideal:
             latency_ticks = 0
@@ -283,7 +289,7 @@ class PolicyRunner:
             video = VideoWriter(self.video_dir / f"episode_{spec.seed}.mp4", fps=self.sim_config.camera_rate_hz)
         agent = PolicyAgent(self.runtime, self.latency_ticks, video=video,
                             control_rate=self.sim_config.control_rate_hz,
-                            max_joint_speed=self.settings.max_joint_speed, aim=self.settings.aim,
+                            max_joint_speed=self.settings.max_joint_speed, assist=self.settings.assist,
                             regrasps=self.settings.regrasps, retry=self.settings.retry,
                             project=lambda camera, points: env.camera(camera).project(points))
         recorder = None

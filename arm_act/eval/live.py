@@ -252,7 +252,7 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
                     **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
                     "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads,
                     "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
-                    "device": settings.device, "aim_correction": settings.aim, "regrasps": settings.regrasps,
+                    "device": settings.device, "assist": settings.assist, "regrasps": settings.regrasps,
                     "regrasp_retry": settings.retry, "publish_attention": False},
                     config_file("policy.yaml")), env)
             # Before the first episode: the start-up; then no episode may take longer than its

@@ -22,11 +22,13 @@ autostart:=false.
 
 Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
 max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads,
-device, latency_ticks, aim_correction, regrasps, regrasp_retry and publish_attention are read
-at configure (set them while unconfigured). aim_correction (default true) steers the grasp
-onto the target head's estimate of the named block, and reopens up to `regrasps` (default 3)
-grasps an episode that closed on nothing (arm_act/policy/aim.py), each retried by the
-re-grasp reflex (regrasp_retry "reflex", arm_act/policy/regrasp.py) or by the chunks ("policy"). device: cpu
+device, latency_ticks, assist, regrasps, regrasp_retry and publish_attention are read at
+configure (set them while unconfigured). assist (default false: the network alone) runs the
+hand-written layers around the network: colour balance of the images (arm_act/policy/colour.py),
+the aim correction that steers the grasp onto the target head's estimate of the named block,
+and a grasp check that reopens up to `regrasps` (default 3) grasps an episode that closed on
+nothing (arm_act/policy/aim.py), each retried by the re-grasp reflex (regrasp_retry "reflex",
+arm_act/policy/regrasp.py) or by the chunks ("policy"). device: cpu
 (default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
 there fails the configure transition with the reason.
 
@@ -77,8 +79,8 @@ EXECUTIONS = ("ensemble", "queue")
 # Parameters applied to the running policy by the on-set-parameters callback.
 LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
 # Parameters read at configure: they may change only while unconfigured.
-CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "aim_correction",
-                        "regrasps", "regrasp_retry", "colour_balance", "publish_attention")
+CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "assist",
+                        "regrasps", "regrasp_retry", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
                     "inference_thread_priority", "lock_memory")
@@ -117,15 +119,13 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("stale_timeout", 0.5)
         declare("max_joint_speed", 3.0)
         declare("latency_ticks", 1)
-        # Steer the grasp onto the target head's estimate of the named block (arm_act.policy.aim).
-        declare("aim_correction", True)
+        # The hand-written assist around the network: colour balance, aim correction, grasp
+        # check and re-grasp reflex (arm_act.policy.colour, .aim, .regrasp). Off: the network alone.
+        declare("assist", False)
         # With it: a grasp that closes on nothing is reopened, at most this often an episode.
         declare("regrasps", 3)
         # How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy" (the chunks).
         declare("regrasp_retry", "reflex")
-        # Scale each camera pair to the training light when the checkpoint has a colour
-        # reference (arm_act.policy.colour).
-        declare("colour_balance", True)
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
@@ -237,7 +237,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 runtime = PolicyRuntime.from_checkpoint(
                     Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
                     threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
-                    control_rate=self.control_rate, colour_balance=bool(p("colour_balance")),
+                    control_rate=self.control_rate, colour_balance=bool(p("assist")),
                 )
                 self.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                        f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
@@ -249,7 +249,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             # the rule in-process evaluation uses (the same ActionSelector), so both give the
             # same episodes. Realtime: a chunk is used as soon as its inference finishes.
             aim = (panda_aim(self.control_rate, int(p("regrasps")), str(p("regrasp_retry")))
-                   if bool(p("aim_correction")) else None)
+                   if bool(p("assist")) else None)
             selector = ActionSelector(runtime, int(p("latency_ticks")),
                                       CommandLimiter(float(p("max_joint_speed")), self.control_rate), aim=aim)
         except Exception as exc:  # noqa: BLE001 - any reason a checkpoint cannot be used fails the transition
@@ -670,7 +670,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             if self.target_guess is not None:  # the target head's guess of the named block (m)
                 values["target_xyz_m"] = " ".join(f"{v:.3f}" for v in self.target_guess)
             aim = None if self.selector is None else self.selector.aim
-            values["aim_correction"] = "off" if aim is None else "on"
+            values["assist"] = "off" if aim is None else "on"
             balance = getattr(self.runtime, "colour_balance", None)
             values["colour_gains"] = ("off" if balance is None
                                       else " ".join(f"{g:.3f}" for g in balance.last_gains.tolist()))

@@ -20,6 +20,7 @@
     evals:                            # of the final checkpoint
       - {name: eval_2-5, episodes: 200, seed: 100000, blocks: 2-5}
     robustness: {episodes: 50, seed: 400000, blocks: 2-5, variants: all}
+    eval_assist: false                # evaluations with policy_node's hand-written assist
 
 Names become directory names under the run's out directory, so they are identifiers.
 """
@@ -128,6 +129,7 @@ class PipelineConfig:
     eval_threads: int = 1
     eval_latency_ticks: int = 1
     source: str = ""
+    eval_assist: bool = False  # evaluations run the hand-written assist (policy_node's `assist`)
     # Data-parallel processes for training on the CPU (torchrun; at most the usable CPUs;
     # `arm-act pipeline --nproc-per-node N` overrides it; a GPU run trains in one process).
     train_processes: int = 1
@@ -147,6 +149,12 @@ class PipelineConfig:
         return TrainConfig.from_dict(data)
 
 
+def _bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise PipelineConfigError(f"{where}={value!r} must be true or false")
+    return value
+
+
 def _time_limit(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
         raise PipelineConfigError(f"{where}.time_limit={value!r} must be a number of seconds > 0")
@@ -156,7 +164,8 @@ def _time_limit(where: str, value: Any) -> float:
 def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
     top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
-                                   "eval_threads", "eval_latency_ticks", "train_processes", "notes"})
+                                   "eval_threads", "eval_latency_ticks", "eval_assist", "train_processes",
+                                   "notes"})
     blocks = _blocks("blocks", top.get("blocks", "2-5"))
     workers = _int("workers", top.get("workers", 1), 1)
     demos_raw = top.get("demos")
@@ -243,7 +252,8 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     config = PipelineConfig(tuple(demos), policy, train, tuple(rounds), tuple(evals), robustness, blocks, workers,
                             _int("eval_threads", top.get("eval_threads", 1), 1),
                             _int("eval_latency_ticks", top.get("eval_latency_ticks", 1), 0), source,
-                            train_processes=_int("train_processes", top.get("train_processes", 1), 1))
+                            train_processes=_int("train_processes", top.get("train_processes", 1), 1),
+                            eval_assist=_bool("eval_assist", top.get("eval_assist", False)))
     try:  # every stage's policy and train config is valid before anything runs
         config.policy_config()
         config.train_config()

@@ -43,6 +43,41 @@ def _success_plot(path: Path, bars: list[tuple[str, dict, dict | None]]) -> None
     plt.close(fig)
 
 
+def _grasp_plot(path: Path, rows: list[tuple[str, dict]]) -> None:
+    """Histogram of the first grasp's horizontal distance from the named block's centre, one
+    line per evaluation (eval.evaluate.grasp_precision's bins, the last one open)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    edges = rows[0][1]["histogram"]["edges_cm"]
+    labels = [f"{a:g}-{b:g}" for a, b in zip(edges, edges[1:], strict=False)] + [f">{edges[-1]:g}"]
+    fig, ax = plt.subplots(figsize=(6.0, 3.2), dpi=110)
+    width = 0.8 / len(rows)
+    for i, (name, g) in enumerate(rows):
+        counts = g["histogram"]["counts"]
+        total = max(1, sum(counts))
+        ax.bar([j + (i - (len(rows) - 1) / 2) * width for j in range(len(counts))],
+               [c / total for c in counts], width=width,
+               label=f"{name}: p50 {g['xy_cm_p50']} cm, p90 {g['xy_cm_p90']} cm")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlabel("first grasp: horizontal distance from the named block's centre (cm)")
+    ax.set_ylabel("share of episodes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _grasp_cell(result: dict) -> str:
+    g = result.get("grasp_precision")
+    if not g or g.get("xy_cm_p50") is None:
+        return ""
+    return (f"; first grasp {g['xy_cm_p50']} cm p50 / {g['xy_cm_p90']} cm p90 from the block, "
+            f"{g['closed_on_nothing']} closed on nothing")
+
+
 def write_report(out: Path, manifests: list[dict], config) -> dict:
     """Write out/report.md and out/report/ (plots, the trainings' loss curves). -> what it wrote."""
     plots = out / "report"
@@ -53,6 +88,7 @@ def write_report(out: Path, manifests: list[dict], config) -> dict:
     bars: list[tuple[str, dict, dict | None]] = []
     robustness_md = None
     curves = []
+    grasps: list[tuple[str, dict]] = []
     for m in manifests:
         result, kind = m.get("result") or {}, m["params"]["kind"]
         if kind in ("collect", "takeover"):
@@ -70,7 +106,11 @@ def write_report(out: Path, manifests: list[dict], config) -> dict:
                 shutil.copy2(src, dest)
                 curves.append(dest.name)
         elif kind == "eval":
-            what = _rate(result) + f", {m['params']['blocks']} blocks from seed {m['params']['seed']}"
+            assist = "on" if m["params"].get("assist") else "off"
+            what = (_rate(result) + f", {m['params']['blocks']} blocks from seed {m['params']['seed']}, "
+                    f"assist {assist}" + _grasp_cell(result))
+            if (result.get("grasp_precision") or {}).get("xy_cm_p50") is not None:
+                grasps.append((m["stage"].removeprefix("eval_"), result["grasp_precision"]))
             regrasp = result.get("regrasp")
             if regrasp:
                 what += (f"; regrasp: {regrasp['missed_first_grasp']} missed first grasps, "
@@ -97,6 +137,10 @@ def write_report(out: Path, manifests: list[dict], config) -> dict:
     if bars:
         _success_plot(plots / "success.png", bars)
         lines += ["## Success", "", "![success](report/success.png)", ""]
+    if grasps:
+        _grasp_plot(plots / "grasp_error.png", grasps)
+        lines += ["## Grasp precision", "", "Where the gripper first closed, measured horizontally from the named "
+                  "block's centre.", "", "![grasp error](report/grasp_error.png)", ""]
     if curves:
         lines += ["## Training", ""] + [f"![{c}](report/{c})" for c in curves] + [""]
     (out / "report.md").write_text("\n".join(lines))

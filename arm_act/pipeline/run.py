@@ -167,11 +167,13 @@ class Pipeline:
         final = self.final_checkpoint
         for spec in c.evals:
             add(f"eval_{spec.name}", {"kind": "eval", **dataclasses.asdict(spec), "policy": str(final),
-                                      "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks},
+                                      "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks,
+                                      "assist": c.eval_assist},
                 self.out / "evals" / f"{spec.name}.json", lambda s=spec: self._eval(s))
         if c.robustness is not None:
             add("robustness", {"kind": "robustness", **dataclasses.asdict(c.robustness), "policy": str(final),
-                               "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks},
+                               "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks,
+                               "assist": c.eval_assist},
                 self.out / "evals" / "robustness.json", self._robustness)
         add("report", {"kind": "report", "final": str(final), "stages": [s.name for s in stages]},
             self.out / "report.md", self._report)
@@ -354,7 +356,7 @@ class Pipeline:
         device = self.options.device
         eval_device = "cpu" if self.options.ray or device in ("auto", "cpu") else device
         settings = PolicySettings(latency_ticks=self.config.eval_latency_ticks, threads=self.config.eval_threads,
-                                  device=eval_device)
+                                  device=eval_device, assist=self.config.eval_assist)
         return EvalConfig(policy=self.final_checkpoint, episodes=episodes, seed=seed, blocks=blocks,
                           time_limit=time_limit, settings=settings, ray=self.options.ray,
                           workers=1 if self.options.ray else self.config.workers)
