@@ -296,17 +296,39 @@ class PolicyRuntime:
         return action[:ARM_JOINTS].copy(), float(action[ARM_JOINTS])
 
 
-def measure_latency_ticks(runtime: PolicyRuntime, control_rate: float, repeats: int = 10) -> tuple[int, float]:
-    """This machine's median batch-1 inference latency, as whole control ticks rounded up
-    (at least 1) and in seconds; the default latency model of `arm-act eval`."""
+def measure_latency_ticks(runtime: PolicyRuntime, control_rate: float, calls: int = 50,
+                          warmup: int = 3) -> tuple[int, float, list[float]]:
+    """This machine's batch-1 inference latency: the median of `calls` inferences after
+    `warmup` ones, as whole control ticks rounded up (at least 1) and in seconds, with every
+    call's time (s). The median over many calls ignores a few stalled ones; the default
+    latency model of `arm-act eval`."""
     cfg = runtime.config
     rng = np.random.default_rng(0)
     images = {c: rng.integers(0, 256, (cfg.image_size, cfg.image_size, 3), dtype=np.uint8) for c in cfg.cameras}
     position = np.asarray(runtime.normalizer.to_dict()["state_mean"], dtype=np.float64)
-    runtime.predict_chunk(images, position, "put the red block in the box")  # warm-up
-    times = [runtime.predict_chunk(images, position, "put the red block in the box").latency_s for _ in range(repeats)]
+    for _ in range(warmup):
+        runtime.predict_chunk(images, position, "put the red block in the box")
+    times = [runtime.predict_chunk(images, position, "put the red block in the box").latency_s for _ in range(calls)]
     median = float(np.median(times))
-    return max(1, int(np.ceil(median * control_rate))), median
+    return max(1, int(np.ceil(median * control_rate))), median, times
+
+
+def latency_warning(ticks: int, times: list[float], load_per_cpu: float) -> str | None:
+    """Why a measured latency may not describe this machine, or None: more than one control
+    tick (inference normally fits one period), or a load average above the CPUs, or calls
+    that vary more than threefold between the fastest and slowest tenth."""
+    p10, p90 = (float(np.percentile(times, q)) for q in (10, 90))
+    problems = []
+    if ticks > 1:
+        problems.append(f"{ticks} control ticks (more than the one inference normally takes)")
+    if load_per_cpu > 1.0:
+        problems.append(f"load average {load_per_cpu:.2f} per CPU")
+    if p10 > 0 and p90 / p10 > 3.0:
+        problems.append(f"calls from {p10 * 1e3:.1f} to {p90 * 1e3:.1f} ms (p10-p90)")
+    if not problems:
+        return None
+    return ("the measured inference latency may not describe this machine: " + "; ".join(problems)
+            + ". Results are comparable only at the same latency: fix it with --latency-ticks")
 
 
 # Joint limits and velocity limits of pybullet_data's franka_panda/panda.urdf (the arm the

@@ -135,3 +135,28 @@ def test_runtime_predicts_unnormalised_chunks_and_attention():
 def test_runtime_rejects_bad_observations(images, position, reason):
     with pytest.raises(ValueError, match=reason):
         _tiny_runtime().predict_chunk(images, position, "put the red block in the box")
+
+
+def test_measured_latency_is_a_median_over_many_calls_and_rounds_up_to_ticks():
+    from arm_act.policy.runtime import measure_latency_ticks
+
+    runtime = _tiny_runtime()
+    ticks, median, times = measure_latency_ticks(runtime, 50.0, calls=12, warmup=1)
+    assert len(times) == 12 and median == pytest.approx(float(np.median(times)))
+    assert ticks == max(1, int(np.ceil(median * 50.0)))
+
+
+@pytest.mark.parametrize("ticks, times_ms, load, says", [
+    (1, [4.0] * 20, 0.5, None),
+    (6, [117.8] * 20, 0.5, "6 control ticks"),
+    (1, [4.0] * 20, 1.6, "load average 1.60 per CPU"),
+    (1, [2.0] * 10 + [9.0] * 10, 0.2, "calls from 2.0 to 9.0 ms"),
+])
+def test_a_latency_that_may_not_describe_the_machine_is_named(ticks, times_ms, load, says):
+    from arm_act.policy.runtime import latency_warning
+
+    warning = latency_warning(ticks, [t / 1e3 for t in times_ms], load)
+    if says is None:
+        assert warning is None
+    else:
+        assert says in warning and "--latency-ticks" in warning

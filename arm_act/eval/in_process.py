@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,7 +264,7 @@ class PolicyRunner:
         measured here). named: the checkpoint's name in records and bags when `checkpoint`
         is a copy (a Ray task's). Raises CheckpointError or ValueError for a checkpoint that
         does not load or fit the sim."""
-        from arm_act.policy.runtime import PolicyRuntime, measure_latency_ticks
+        from arm_act.policy.runtime import PolicyRuntime, latency_warning, measure_latency_ticks
 
         runtime = PolicyRuntime.from_checkpoint(
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
@@ -276,8 +277,12 @@ class PolicyRunner:
         elif settings.latency_ticks is not None:
             latency_ticks = settings.latency_ticks
         else:
-            latency_ticks, measured = measure_latency_ticks(runtime, sim_config.control_rate_hz)
-            logger.info("measured inference latency %.1f ms -> %d control ticks", measured * 1e3, latency_ticks)
+            latency_ticks, measured, times = measure_latency_ticks(runtime, sim_config.control_rate_hz)
+            logger.info("measured inference latency %.1f ms (median of %d calls) -> %d control ticks",
+                        measured * 1e3, len(times), latency_ticks)
+            warning = latency_warning(latency_ticks, times, os.getloadavg()[0] / (os.cpu_count() or 1))
+            if warning:
+                logger.warning(warning)
         return cls(runtime, checkpoint if named is None else named, sim_config, settings, latency_ticks, measured,
                    video_dir, bags_dir)
 
