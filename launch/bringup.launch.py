@@ -9,28 +9,32 @@ so two bringups on one ROS domain never see each other's topics, services, param
 clock. Discovery stays on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST) unless
 `discovery_range` says otherwise (SUBNET, SYSTEM_DEFAULT, OFF).
 
-policy_node is a managed node: with autostart:=true (default) this file configures it (which
-loads the checkpoint) and activates it once configured; with autostart:=false it waits,
-unconfigured, for `ros2 lifecycle set <namespace>/policy_node configure` and `activate`.
-With record:=true the first episode starts only once bag_recorder is subscribed to every topic.
+policy_node is a managed node that drives its own lifecycle: with autostart:=true (default)
+it configures itself (which loads the checkpoint) and activates; with autostart:=false it
+waits, unconfigured, for `ros2 lifecycle set <namespace>/policy_node configure` and `activate`,
+and each transition does only what it says. sim_node starts the first episode once a
+controller is active, so no episode runs without one. With respawn:=true a node that dies
+is started again (launch's respawn, after RESPAWN_DELAY_S) and the loop goes on: a
+new policy_node activates itself, a new sim_node starts its clock again, a new bag_recorder
+starts a new bag (with the default, date-named bag_path). With record:=true the first
+episode starts only once bag_recorder is subscribed to every topic.
 """
 import os
 
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandler, SetEnvironmentVariable
+from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
 from launch.conditions import IfCondition
-from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
-from lifecycle_msgs.msg import Transition
 
 from launch import LaunchDescription
 
 # /clock is an absolute name: remapped into the namespace, a second bringup keeps its own.
 CLOCK_REMAP = [("/clock", "clock")]
+# With respawn:=true: seconds between a node's death and its new start (launch takes a number
+# here, not a substitution).
+RESPAWN_DELAY_S = 1.0
 
 
 def generate_launch_description():
@@ -39,6 +43,7 @@ def generate_launch_description():
     policy_params = os.path.join(share, "config", "policy.yaml")
     arg = LaunchConfiguration
     namespace = arg("namespace")
+    respawn = arg("respawn")  # ExecuteProcess takes it as a substitution ("true"/"false")
     use_sim_time = ParameterValue(arg("use_sim_time"), value_type=bool)
     record = ParameterValue(arg("record"), value_type=bool)
     arguments = [
@@ -49,7 +54,9 @@ def generate_launch_description():
         DeclareLaunchArgument("checkpoint", default_value=os.path.join(share, "checkpoints", "default"),
                               description="policy checkpoint directory"),
         DeclareLaunchArgument("autostart", default_value="true",
-                              description="configure and activate policy_node (lifecycle) at launch"),
+                              description="policy_node configures and activates itself (lifecycle) at start"),
+        DeclareLaunchArgument("respawn", default_value="false",
+                              description="start a node again when it dies (launch_ros respawn)"),
         DeclareLaunchArgument("use_sim_time", default_value="true"),
         DeclareLaunchArgument("mode", default_value="realtime", description="realtime or lockstep"),
         DeclareLaunchArgument("execution", default_value="ensemble", description="ensemble or queue"),
@@ -74,7 +81,7 @@ def generate_launch_description():
     environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
     sim = Node(
         package="arm_act", executable="sim_node", name="sim_node", namespace=namespace, output="screen",
-        remappings=CLOCK_REMAP,
+        remappings=CLOCK_REMAP, respawn=respawn, respawn_delay=RESPAWN_DELAY_S,
         parameters=[sim_params, {
             "use_sim_time": use_sim_time,
             "mode": arg("mode"),
@@ -90,7 +97,7 @@ def generate_launch_description():
     )
     policy = LifecycleNode(
         package="arm_act", executable="policy_node", name="policy_node", namespace=namespace, output="screen",
-        remappings=CLOCK_REMAP,
+        remappings=CLOCK_REMAP, respawn=respawn, respawn_delay=RESPAWN_DELAY_S,
         parameters=[policy_params, {
             "use_sim_time": use_sim_time,
             "mode": arg("mode"),
@@ -98,22 +105,14 @@ def generate_launch_description():
             "execution": arg("execution"),
             "assist": ParameterValue(arg("assist"), value_type=bool),
             "control_rate": ParameterValue(arg("control_rate"), value_type=int),
-            "autostart": False,  # the transitions below drive it
+            "autostart": ParameterValue(arg("autostart"), value_type=bool),
             "thread_priority": ParameterValue(arg("thread_priority"), value_type=int),
             "lock_memory": ParameterValue(arg("lock_memory"), value_type=bool),
         }],
     )
-    autostart = IfCondition(arg("autostart"))
-    configure = EmitEvent(condition=autostart, event=ChangeState(
-        lifecycle_node_matcher=matches_action(policy), transition_id=Transition.TRANSITION_CONFIGURE))
-    # Activate after the configure transition only (not after a later deactivate).
-    activate = RegisterEventHandler(condition=autostart, event_handler=OnStateTransition(
-        target_lifecycle_node=policy, start_state="configuring", goal_state="inactive",
-        entities=[EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(policy),
-                                              transition_id=Transition.TRANSITION_ACTIVATE))]))
     recorder = Node(
         package="arm_act", executable="bag_recorder", name="bag_recorder", namespace=namespace, output="screen",
-        remappings=CLOCK_REMAP, condition=IfCondition(arg("record")),
+        remappings=CLOCK_REMAP, respawn=respawn, respawn_delay=RESPAWN_DELAY_S, condition=IfCondition(arg("record")),
         parameters=[{"use_sim_time": use_sim_time, "bag_path": arg("bag_path")}],
     )
-    return LaunchDescription(arguments + environment + [sim, policy, activate, configure, recorder])
+    return LaunchDescription(arguments + environment + [sim, policy, recorder])

@@ -2,7 +2,7 @@
 
 - Every launch argument reaches a parameter that the node it is given to declares (read from
   the launch files' and the nodes' source), or is one of the structural arguments
-  (namespace, discovery_range, autostart) and is used as such.
+  (namespace, discovery_range, respawn) and is used as such.
 - `ros2 run` with no arguments at all: sim_node, then policy_node, run an episode.
 - As launch_ros starts them (`--ros-args -r __node:=NAME -r __ns:=/NS --params-file
   <share>/config/X.yaml --params-file <tmp.yaml> -r /clock:=clock`), two pairs in the
@@ -32,7 +32,7 @@ NODE_SOURCES = {
     "bag_recorder": ["arm_act/nodes/bag_recorder.py"],
 }
 BUILTIN_PARAMETERS = {"use_sim_time"}  # every rclpy node declares it
-STRUCTURAL = {"namespace", "discovery_range", "autostart"}
+STRUCTURAL = {"namespace", "discovery_range", "respawn"}
 
 
 def declared_parameters(executable: str) -> set[str]:
@@ -135,12 +135,12 @@ def test_every_launch_argument_reaches_a_declared_parameter(path):
     defaults = {n.args[0].value: source.keyword(n, "default_value") for n in ast.walk(source.function)
                 if LaunchSource._call_name(n) == "DeclareLaunchArgument"}
     assert ast.literal_eval(defaults["discovery_range"]) == "LOCALHOST"  # a demo never talks to a neighbour
-    if "autostart" in source.arguments:
-        conditions = [source.keyword(n, "condition") for n in ast.walk(source.function)
-                      if LaunchSource._call_name(n) in ("EmitEvent", "RegisterEventHandler")]
-        assert sum("autostart" in source.configurations(c) for c in conditions if c is not None) == 2
-        assert "TRANSITION_CONFIGURE" in ast.unparse(source.function)
-        assert "TRANSITION_ACTIVATE" in ast.unparse(source.function)
+    # policy_node drives its own lifecycle (its autostart parameter): no handler of the launch
+    # file can fire again on a manual transition, and a respawned node activates itself.
+    assert "ChangeState" not in ast.unparse(source.function)
+    if "respawn" in source.arguments:
+        for call in source.nodes:
+            assert source.configurations(source.keyword(call, "respawn")) == {"respawn"}, ast.unparse(call)
 
 
 @pytest.mark.unit

@@ -199,3 +199,30 @@ def test_deactivate_during_an_episode_holds_the_arm_and_cleanup_releases_the_mod
     finally:
         for node in (sim, policy, operator.node):
             node.destroy_node()
+
+
+def test_the_first_episode_waits_for_an_active_controller_not_just_a_publisher(ros_context, tiny_checkpoint):
+    """A managed policy_node writes the command topic before it is configured; sim_node's
+    first episode starts only once it is active (nodes/readiness.py), so an unconfigured or
+    inactive controller (launch with autostart:=false) never loses an episode."""
+    from arm_act.nodes.sim_node import SimNode
+
+    sim = SimNode(context=ros_context, parameter_overrides=_params(mode="realtime", episodes=1))
+    policy = PolicyNode(context=ros_context, parameter_overrides=_params(autostart=False,
+                                                                         checkpoint=str(tiny_checkpoint)))
+    operator = Operator(ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    for node in (sim, policy, operator.node):
+        executor.add_node(node)
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: any("unconfigured" in w for w in sim.waiting), timeout=20), sim.waiting
+            assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
+            assert wait_for(lambda: any("/policy_node (inactive)" in w for w in sim.waiting), timeout=20), sim.waiting
+            time.sleep(1.0)
+            assert sim.state == "waiting"  # no episode has started
+            assert operator.transition(Transition.TRANSITION_ACTIVATE) is True
+            assert wait_for(lambda: sim.state == "running", timeout=20), sim.waiting
+    finally:
+        for node in (sim, policy, operator.node):
+            node.destroy_node()

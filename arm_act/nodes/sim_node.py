@@ -36,6 +36,7 @@ from arm_act.common import realtime
 from arm_act.common.episodes import EpisodeSchedule, parse_blocks
 from arm_act.nodes.guard import guard_time_source, guarded, rejections
 from arm_act.nodes.loop_timing import LoopTiming
+from arm_act.nodes.readiness import ControllerReadiness
 from arm_act.nodes.scheduling import (
     gc_values,
     lock_memory_descriptor,
@@ -97,9 +98,11 @@ class SimNode(Node):
         self.declare_parameter("gui", False)
         self.declare_parameter("robustness", "")  # a perturbation of arm_act/sim/perturb.py ("" for none)
         self.declare_parameter("episode_time_limit", 20.0)
-        # Start the first episode only once a controller publishes commands (so a policy
-        # that takes seconds to load does not miss the start of the demo).
+        # Start the first episode only once a controller that can drive the arm publishes
+        # commands: a managed one (policy_node) must be active (nodes/readiness.py), so a policy
+        # that takes seconds to load, or waits to be activated by hand, misses no episode.
         self.declare_parameter("wait_for_controller", True)
+        self._controller_readiness = ControllerReadiness(self, conv.ARM_COMMAND_TOPIC)
         # Start the first episode only once the bag recorder (a node of this name, in this
         # namespace) is subscribed to every topic the sim publishes and to the commands, so
         # a recording holds the whole first episode: our writers have matched its readers,
@@ -277,9 +280,10 @@ class SimNode(Node):
         """What the first episode waits for: a controller (wait_for_controller), the recorder
         subscribed to everything (wait_for_recorder)."""
         missing = []
-        if self.get_parameter("wait_for_controller").value and self.count_publishers(conv.ARM_COMMAND_TOPIC) == 0:
-            missing.append(f"a controller publishing on {self.resolve_topic_name(conv.ARM_COMMAND_TOPIC)} "
-                           "(policy_node or expert_node)")
+        if self.get_parameter("wait_for_controller").value:
+            controller = self._controller_readiness.missing()
+            if controller is not None:
+                missing.append(controller)
         if self.get_parameter("wait_for_recorder").value:
             name = str(self.get_parameter("recorder_node").value)
             namespace = self.get_namespace()
