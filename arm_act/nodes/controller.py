@@ -41,6 +41,8 @@ WAIT_REPORT_S = 3.0
 JOINT_LIMIT_MARGIN = 0.25
 # Joint states stamped further ahead of this node's clock are rejected (s).
 MAX_FUTURE_S = 1.0
+# /clock going back by more than this means a new timeline (sim_node restarted): follow it (ns).
+CLOCK_RESET_NS = 1_000_000_000
 MAX_INSTRUCTION_CHARS = 500
 
 
@@ -216,7 +218,31 @@ class ControllerNode(Node, ABC):
 
     @guarded("/clock")
     def _note_clock(self, msg: Clock) -> None:
-        self._clock_ns = conv.stamp_to_ns(msg.clock)
+        now = conv.stamp_to_ns(msg.clock)
+        with self.lock:
+            if 0 <= now < self._clock_ns - CLOCK_RESET_NS:
+                self._follow_clock_back(now)
+            self._clock_ns = now
+
+    def _follow_clock_back(self, now: int) -> None:
+        """Sim time went back by more than CLOCK_RESET_NS (lock held): a new sim_node started
+        its clock again (sim_node restarted). Forget everything stamped in the old timeline, so
+        the new sim's ticks, joint states and episodes are not taken for old ones; the command
+        publishers stay, and the next episode starts afresh (on_clock_reset for subclasses)."""
+        rejections(self).reject("/clock", f"sim time jumped back from {self._clock_ns * 1e-9:.2f} s to "
+                                          f"{now * 1e-9:.2f} s (sim_node restarted?); following it")
+        self._last_tick_index = None
+        self._due_ns = self._pending_ns = None
+        self._answered_ns = -1
+        self.joint_stamp_ns = -1
+        self._active_episode = None
+        self._tick_in.clear()
+        if self.episode is not None and self.episode.start_ns > now + CLOCK_RESET_NS:
+            self.episode = None  # the old sim's; the new one's (transient local) is on its way
+        self.on_clock_reset(now)
+
+    def on_clock_reset(self, now_ns: int) -> None:
+        """Called (lock held) after sim time went back: drop what the subclass keeps by stamp."""
 
     @guarded("/clock")
     def clock_tick_callback(self, msg: Clock) -> None:
@@ -231,6 +257,8 @@ class ControllerNode(Node, ABC):
             self._tick_in[now] = time.time_ns()
             if len(self._tick_in) > 8:
                 del self._tick_in[min(self._tick_in)]
+            if 0 <= now < self._clock_ns - CLOCK_RESET_NS:
+                self._follow_clock_back(now)
             self._clock_ns = now
             due = self._due_ns
             if due is not None:  # the last tick's joint state never came: act on what is here
@@ -238,12 +266,6 @@ class ControllerNode(Node, ABC):
                 self.control_timer_callback(due)
             index = now * self.control_rate // 1_000_000_000
             last = self._last_tick_index
-            if last is not None and index < last - self.control_rate:
-                # The clock went back by more than a second (sim_node restarted, or a stray
-                # /clock from the future came first): follow it instead of waiting to catch up.
-                rejections(self).reject("/clock", f"sim time jumped back from {last / self.control_rate:.2f} s "
-                                                  f"to {now * 1e-9:.2f} s; following it")
-                last = None
             if last is not None and index <= last:
                 return
             if last is not None and last + 1 < index <= last + self.control_rate:

@@ -459,6 +459,15 @@ class PolicyNode(ControllerNode, LifecycleNode):
             self.stats["pairs_joint_mismatch"] += 1
         self._submit(pair, joints=joints)
 
+    def on_clock_reset(self, now_ns: int) -> None:
+        """Sim time went back (a restarted sim_node; lock held): pairs, joint history and the
+        started episode of the old timeline would hold back every newer-looking check, so they
+        go; the chunks go at the new episode's start (_start_episode_realtime)."""
+        self.last_pair_ns, self._pair_ns = -1, None
+        self.images = {c: v for c, v in self.images.items() if v[0] <= now_ns}
+        self._joint_history.clear()
+        self._started_episode = None
+
     def _fit_size(self, rgb: np.ndarray) -> np.ndarray:
         size = self.image_size or rgb.shape[0]
         h, w = rgb.shape[:2]
