@@ -5,6 +5,9 @@ policy_node must follow the new timeline and command at the control rate again, 
 waiting for the new sim time to pass the old one."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 
 import pytest
@@ -70,3 +73,89 @@ def test_policy_node_follows_a_restarted_sim_node(ros_context, tiny_checkpoint):
     finally:
         for node in (policy, probe):
             node.destroy_node()
+
+
+class _Logged:
+    """Node executables started as `ros2 run` starts them, each process's output in a file."""
+
+    def __init__(self, env, logs):
+        self.env, self.logs, self.procs = env, logs, {}
+
+    def start(self, label, command):
+        log = open(self.logs / f"{label}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[label] = (subprocess.Popen(command, env=self.env, cwd="/", stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True), log)
+
+    def kill(self, label, sig=signal.SIGKILL):
+        proc, log = self.procs[label]
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+        log.close()
+
+    def alive(self, label) -> bool:
+        return self.procs[label][0].poll() is None
+
+    def tail(self, label) -> str:
+        return (self.logs / f"{label}.log").read_text(errors="replace")[-3000:]
+
+    def kill_all(self):
+        for proc, log in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            log.close()
+
+
+@pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
+def test_a_node_killed_with_sigkill_and_started_again_resumes_the_loop(ros_context, tmp_path, victim):
+    """sim_node and policy_node as two `ros2 run` processes; one is killed with SIGKILL (an OOM
+    kill, a crash in a native library) and started again, the other left running. The loop
+    resumes by itself: commands at the control rate again, the other process never restarted.
+    The time to resume includes the new process's start (imports, the checkpoint)."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    from tests.test_launch import Probe, _env, launch_command
+
+    procs = _Logged(_env(ros_context), tmp_path)
+    probe = Probe(ros_context, [""])
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(probe.node)
+    commands = probe.commands[""]
+
+    dead: set[str] = set()
+
+    def spin_until(condition, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not condition():
+            executor.spin_once(timeout_sec=0.05)
+            for label in {"sim_node", "policy_node"} - dead:
+                assert procs.alive(label), f"{label} exited: {procs.tail(label)}"
+        return condition()
+
+    def recent(seconds=1.0):
+        return sum(t > time.monotonic() - seconds for t in commands)
+
+    try:
+        procs.start("sim_node", launch_command("sim_node"))
+        procs.start("policy_node", launch_command("policy_node"))
+        assert spin_until(lambda: recent() >= 25, 150), procs.tail("policy_node")
+        other = "policy_node" if victim == "sim_node" else "sim_node"
+        other_pid = procs.procs[other][0].pid
+        procs.kill(victim)
+        dead.add(victim)
+        killed = time.monotonic()
+        if victim == "sim_node":
+            spin_until(lambda: recent(0.5) == 0, 10)  # no sim, no ticks: the controller is silent
+        procs.start(victim, launch_command(victim))
+        dead.discard(victim)
+        assert spin_until(lambda: recent() >= 25 and commands[-1] > killed + 1.0, 120), procs.tail(victim)
+        resumed = time.monotonic() - killed
+        assert procs.procs[other][0].pid == other_pid and procs.alive(other)  # the other never restarted
+        print(f"\n{victim} killed and started again: commands at the control rate after {resumed:.1f} s")
+        start = len(commands)
+        spin_until(lambda: False, 2.0)
+        assert (len(commands) - start) / 2.0 >= 25.0
+    finally:
+        procs.kill_all()
+        probe.node.destroy_node()
+        executor.shutdown()

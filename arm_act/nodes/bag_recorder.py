@@ -42,7 +42,6 @@ import bisect
 import functools
 import importlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -70,6 +69,7 @@ from arm_act.bags import (
 )
 from arm_act.nodes.guard import guard_time_source, guarded
 from arm_act.ros.conversions import RECORDER_MATCHES_TOPIC, ConversionError
+from arm_act.ros.node_main import dds_defaults
 from arm_act.ros.qos import TRANSIENT_LOCAL
 
 DEFAULT_TOPICS = list(live_topic_types())
@@ -341,7 +341,7 @@ def main(args=None) -> int:
     argv = list(sys.argv if args is None else args)
     # Sim time unless the command line says otherwise (later --ros-args values win).
     argv[1:1] = ["--ros-args", "-p", "use_sim_time:=true", "--"]
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    dds_defaults()
     # rclpy's own handlers would raise KeyboardInterrupt wherever the main thread is, possibly
     # inside a half-written chunk; ours only ask the spin loop to stop, then the bag closes.
     # Any number of SIGINT/SIGTERM (launch and the terminal both send one) only set the flag.

@@ -47,8 +47,13 @@ class ControllerReadiness:
     def _lifecycle_state(self, namespace: str, name: str) -> int | None:
         """The node's lifecycle state id, 0 (unknown) when it does not answer in time, or
         None when it offers no get_state service (not a managed node)."""
+        if not namespace.startswith("/"):
+            return State.PRIMARY_STATE_UNKNOWN  # the writer's node is not discovered yet
         service = _join(namespace, name) + "/get_state"
-        names = {n for n, _ in self.node.get_service_names_and_types_by_node(name, namespace)}
+        try:
+            names = {n for n, _ in self.node.get_service_names_and_types_by_node(name, namespace)}
+        except Exception:  # noqa: BLE001 - rclpy's RCLError: the node left the graph meanwhile
+            return State.PRIMARY_STATE_UNKNOWN
         if service not in names:
             return None
         client = self._clients.get(service)

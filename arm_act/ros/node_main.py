@@ -8,6 +8,9 @@ signals stops it cleanly:
   parameter rules in the order they appear).
 - **Discovery on this machine only by default.** ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   unless the environment sets it: a demo never talks to a neighbour's robot.
+- **A node killed with SIGKILL can be started again.** Before DDS starts, the shared-memory
+  files that dead Fast DDS processes left behind are removed (arm_act/ros/shm.py), so a new
+  participant does not pick up a dead one's port.
 - **Clean shutdown whatever the signals.** rclpy's own handlers raise KeyboardInterrupt
   wherever the main thread happens to be; a second SIGINT (launch forwards one, and the
   terminal delivers another to the whole process group) then lands inside destroy_node()
@@ -95,6 +98,17 @@ def _done(node) -> bool:
     return bool(done is not None and done.is_set())
 
 
+def dds_defaults() -> None:
+    """Before rclpy.init: discovery on this machine unless the environment says otherwise, and
+    no stale shared-memory files of dead Fast DDS processes."""
+    from arm_act.ros.shm import clean_stale_shm
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    removed = clean_stale_shm()
+    if removed:
+        print(f"removed {removed} stale Fast DDS shared-memory files of processes that died", file=sys.stderr)
+
+
 def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: bool = True,
              signals: StopSignals | None = None) -> int:
     """Create `node_class()`, spin it until a signal, its `done` event or a context shutdown,
@@ -104,7 +118,7 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
     restore_signals=False keeps our handlers installed afterwards: a process about to exit
     must not get Python's KeyboardInterrupt back for a signal still on its way (the second
     SIGINT of a process group arrives a moment after the first)."""
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    dds_defaults()
     if signals is None:
         signals = StopSignals().install()  # before init: a signal during start-up is not lost
     import rclpy
