@@ -1,4 +1,4 @@
-"""Issue 17's re-grasp count over one results directory of benchmarks/run_aim.sh: of the
+"""The re-grasp count over one results directory of benchmarks/run_targets.sh (with ASSIST=1): of the
 episodes whose first grasp closed on nothing, how many still succeeded.
 
     python benchmarks/regrasp_count.py benchmarks/results/pipeline_shipped
@@ -39,7 +39,7 @@ def counts(directory: Path) -> list[tuple[str, int, int]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_dir():
-        print("usage: python benchmarks/regrasp_count.py RESULTS_DIR (a directory of run_aim.sh results)",
+        print("usage: python benchmarks/regrasp_count.py RESULTS_DIR (a directory of run_targets.sh results)",
               file=sys.stderr)
         return 2
     rows = counts(Path(argv[0]))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's measurements, in one run on a quiet machine (2 cores):
+# The real-time measurements, in one run on a quiet machine (2 cores):
 #   1. the live loop over DDS for ROS_SECONDS (default 600) with 10 Hz cameras
 #      -> benchmarks/results/realtime_10hz.json
 #   2. the same for INFER_SECONDS (default 60) with 50 Hz cameras: a camera pair, and an

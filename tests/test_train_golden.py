@@ -46,7 +46,7 @@ GOLDEN = {
         "AuthenticAMD AVX512": "ddbbf74c6cebaa157dc7712d45ef1543749658724f8444a45ec8a538d1da49de",
         "AuthenticAMD AVX2": "4aae49aa9a9f23ab7764fd5495c45a05b28a41759f30c1f2b7e68eef9b34ec88",
     },
-    # The default since issue 15: dropout masks from a quarter of the random draws
+    # The default: dropout masks from a quarter of the random draws
     # (policy/dropout.py; other masks, the same loss curve within noise:
     # benchmarks/results/train_speed.json) and the fused AdamW (policy/train.py OPTIMIZER;
     # the same update, rounded in another order). From 12b1447 on each CPU.

@@ -1,4 +1,4 @@
-"""The faster training paths of issue 15 compute what the paths they replace computed, bit for
+"""The faster training paths compute what the paths they replace computed, bit for
 bit: the dropout mask without a bool tensor, the attention mask as an additive bias, the
 augmentation's shift from an edge-padded copy, AdamW's multi-tensor update; and the shipped
 recipe trains on 2 data-parallel processes on the CPU (config/pipeline_default.yaml)."""

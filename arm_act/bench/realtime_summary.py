@@ -1,4 +1,4 @@
-"""One line per figure of an `arm-act bench --ros-only` JSON, with issue 15's targets.
+"""One line per figure of an `arm-act bench --ros-only` JSON, with the real-time targets (docs/architecture.md).
 
     python -m arm_act.bench.realtime_summary benchmarks/results/realtime_10hz.json
 """

@@ -1,4 +1,4 @@
-"""Training throughput of the shipped recipe, before and after issue 15's changes, on real bags.
+"""Training throughput of the shipped recipe, with the older training paths beside today's, on real bags.
 
     python -m arm_act.bench.train_speed --data BAGS --steps 300 --out benchmarks/results/train_speed.json
 
