@@ -34,3 +34,47 @@ def test_no_issue_numbers_in_code_or_config():
 def test_the_check_finds_issue_numbers_and_spares_upstream_ones():
     assert issue_references("as in issue 15, and Issue #7; issues 3") == ["issue 15", "Issue #7", "issues 3"]
     assert issue_references("eProsima/Fast-DDS#5053 and act#25 stay; tissue 3 is not one") == []
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """arm_act module -> the arm_act modules it imports (anywhere in it, lazy imports too)."""
+    import ast
+
+    modules = {}
+    for path in sorted((ROOT / "arm_act").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                found |= {base} | {f"{base}.{a.name}" for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    graph = _module_imports()
+    cycles, seen = [], set()
+
+    def visit(node, path):
+        if node in path:
+            cycles.append(path[path.index(node):] + [node])
+            return
+        if node in seen:
+            return
+        for nxt in graph[node]:
+            visit(nxt, [*path, node])
+        seen.add(node)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycles, [" -> ".join(c) for c in cycles]

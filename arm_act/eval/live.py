@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from arm_act.eval.evaluate import EvalConfig
+    from arm_act.eval.config import EvalConfig
 
 STARTUP_TIMEOUT_S = 180.0  # two processes importing torch and PyBullet on a loaded machine
 # Counters of policy/diagnostics that are differenced per episode.
@@ -318,7 +318,7 @@ def realtime_totals(records: list[dict]) -> dict[str, Any]:
 
 def compare(live: list[dict], in_process: list[dict]) -> dict[str, Any]:
     """Both rates with 95% Wilson intervals on the same seeds, and the seeds that differ."""
-    from arm_act.eval.evaluate import wilson_interval
+    from arm_act.eval.stats import wilson_interval
 
     def rate(records):
         n, k = len(records), sum(r["success"] for r in records)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from arm_act.common.progress import progress_bar
 
 if TYPE_CHECKING:
-    from arm_act.eval.evaluate import EvalConfig
+    from arm_act.eval.config import EvalConfig
 
 
 def run_over_ros(config: EvalConfig, latency_ticks: int, domain_id: int | None = None) -> list[dict]:

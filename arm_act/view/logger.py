@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import rerun as rr
 
+import arm_act.view.layout as L
 from arm_act.common.viz import attention_rgba
 from arm_act.ros import conversions as conv
 from arm_act.sim.robot import ARM_JOINTS
 from arm_act.sim.task import TABLE_CENTER, TABLE_HALF, TABLE_RGBA
-from arm_act.view import layout as L
 from arm_act.view.kinematics import PandaKinematics, rpy_to_quat
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import arm_act.view.layout as L
 from arm_act.bags import BagError, BagInfo, bag_info, find_bags, read_bag
-from arm_act.view import layout as L
 from arm_act.view.sinks import ViewerError, WebViewer, open_recording
 
 logger = logging.getLogger(__name__)

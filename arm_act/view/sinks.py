@@ -23,7 +23,7 @@ from pathlib import Path
 
 import rerun as rr
 
-from arm_act.view import layout as L
+import arm_act.view.layout as L
 
 logger = logging.getLogger(__name__)
 
