@@ -109,6 +109,25 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
     def __init__(self, runtime: PolicyRuntime | None = None, **kwargs):
         super().__init__("policy_node", **kwargs)
+        self._declare_parameters()
+        self._read_scheduling()
+        self.stale_timeout_ns = int(float(self.get_parameter("stale_timeout").value) * 1e9)
+        self._given_runtime = runtime
+        self._init_state()
+        self._create_interfaces()
+        self._jobs: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        if self.get_parameter("autostart").value:
+            if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+                self.trigger_activate()
+        # The executable constructs the node on the thread that then spins it (node_main): the
+        # control tick's thread. On SCHED_FIFO only now, after the model loaded (seconds of CPU).
+        realtime.realtime_thread(self.thread_priority, "control tick (executor thread)", self.get_logger(),
+                                 reception_threads=True)
+
+    def _declare_parameters(self) -> None:
         declare = self.declare_parameter
         declare("checkpoint", "")
         declare("execution", "ensemble")
@@ -129,8 +148,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
-        # Configure and activate at start-up (`ros2 run`); launch files set it false and drive
-        # the transitions (launch_ros LifecycleNode + ChangeState).
+        # Configure and activate at start-up (`ros2 run`, launch, a respawn); false: wait,
+        # unconfigured, for `ros2 lifecycle set`.
         declare("autostart", True)
         # SCHED_FIFO priority of the control tick (the executor thread; ros2_control's
         # thread_priority, 0: normal), and of the inference thread (0: normal; else below the tick's).
@@ -140,6 +159,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 thread_priority_descriptor("the inference thread, below thread_priority; -1: thread_priority - 10",
                                            automatic=True))
         declare("lock_memory", realtime.DEFAULT_LOCK_MEMORY, lock_memory_descriptor())
+
+    def _read_scheduling(self) -> None:
+        """Thread priorities and memory locking (fixed at start), and the live parameters' values."""
         self.thread_priority = read_priority(self)
         self.inference_priority = read_priority(self, "inference_thread_priority",
                                                 automatic=inference_priority_for(self.thread_priority))
@@ -155,11 +177,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
             if reason:
                 raise ValueError(reason)
 
-        def p(name):
-            return self.get_parameter(name).value
-
-        self.stale_timeout_ns = int(float(p("stale_timeout")) * 1e9)
-        self._given_runtime = runtime
+    def _init_state(self) -> None:
+        """Model, selector, the latest observations and the counters diagnostics report."""
         self.runtime: PolicyRuntime | None = None
         self.selector: ActionSelector | None = None
         self.lifecycle_state = "unconfigured"
@@ -190,6 +209,12 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self._joint_history: dict[int, np.ndarray] = {}
         self._started_episode: int | None = None
 
+    def _create_interfaces(self) -> None:
+        """Camera subscriptions, the chunk, attention and diagnostics publishers, services."""
+
+        def p(name):
+            return self.get_parameter(name).value
+
         # The cameras are the shipped policy's (front, wrist); configure checks that the
         # checkpoint wants exactly these.
         self.camera_topics = {"front": str(p("front_topic")), "wrist": str(p("wrist_topic"))}
@@ -208,18 +233,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.create_service(Trigger, "~/disable", self.disable_callback)
         # Wall clock: diagnostics also go out (and say what is missing) when no /clock comes.
         self.create_timer(0.5, self.publish_diagnostics, clock=self._steady)
-
-        self._jobs: queue.Queue = queue.Queue(maxsize=1)
-        self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
-        self.add_on_set_parameters_callback(self._on_set_parameters)
-        if p("autostart"):
-            if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
-                self.trigger_activate()
-        # The executable constructs the node on the thread that then spins it (node_main): the
-        # control tick's thread. On SCHED_FIFO only now, after the model loaded (seconds of CPU).
-        realtime.realtime_thread(self.thread_priority, "control tick (executor thread)", self.get_logger(),
-                                 reception_threads=True)
 
     # ------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:

@@ -85,6 +85,23 @@ class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__("sim_node", **kwargs)
         guard_time_source(self)  # with use_sim_time set on it, a stray negative /clock must not stop it
+        self._declare_parameters()
+        self._read_parameters()
+        self._create_interfaces()
+        self._init_state()
+        paced = self.mode == "realtime" and self.real_time_factor > 0
+        (self.thread_priority,) = normal_when_unpaced(self, paced, self.thread_priority)
+        if paced and self.get_parameter("lock_memory").value:
+            realtime.lock_process_memory(self.get_logger())
+        self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
+        self._thread.start()
+        # The executor thread (this one, in the executable) runs the command callbacks, which hold
+        # the GIL: preempted by other work while it holds it, it would stall the sim_loop thread.
+        # So it is RT too, one below the tick (docs/architecture.md, "Threading").
+        realtime.realtime_thread(self.thread_priority - 1 if self.thread_priority > 1 else 0,
+                                 "executor thread", self.get_logger())
+
+    def _declare_parameters(self) -> None:
         self.declare_parameter("mode", "realtime")
         self.declare_parameter("real_time_factor", 1.0)
         self.declare_parameter("control_rate", 50)
@@ -102,7 +119,6 @@ class SimNode(Node):
         # commands: a managed one (policy_node) must be active (nodes/readiness.py), so a policy
         # that takes seconds to load, or waits to be activated by hand, misses no episode.
         self.declare_parameter("wait_for_controller", True)
-        self._controller_readiness = ControllerReadiness(self, conv.ARM_COMMAND_TOPIC)
         # Start the first episode only once the bag recorder (a node of this name, in this
         # namespace) is subscribed to every topic the sim publishes and to the commands, so
         # a recording holds the whole first episode: our writers have matched its readers,
@@ -112,18 +128,15 @@ class SimNode(Node):
         self.declare_parameter("recorder_node", "bag_recorder")
         # false: a recorder that sends no such report (not arm_act's bag_recorder).
         self.declare_parameter("recorder_reports_matches", True)
-        self._recorder_matches: dict[str, int] | None = None  # its latest report
-        self._recorder_matches_topic = self.resolve_topic_name(
-            f"{self.get_parameter('recorder_node').value}/{conv.RECORDER_MATCHES_TOPIC}")
-        if self.get_parameter("wait_for_recorder").value and self.get_parameter("recorder_reports_matches").value:
-            self.create_subscription(String, self._recorder_matches_topic, self._recorder_matches_callback,
-                                     TRANSIENT_LOCAL)
         # After the last of `episodes` (> 0) episodes the process exits 0 (launch files end on it).
         self.declare_parameter("exit_when_done", True)
         # SCHED_FIFO priority of the sim_loop thread (ros2_control's thread_priority; 0: normal).
         self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
                                thread_priority_descriptor("the sim_loop thread"))
         self.declare_parameter("lock_memory", realtime.DEFAULT_LOCK_MEMORY, lock_memory_descriptor())
+
+    def _read_parameters(self) -> None:
+        """The rates, the episode schedule and the world, from the parameters (fixed at start)."""
 
         def param(name):
             return self.get_parameter(name).value
@@ -158,6 +171,16 @@ class SimNode(Node):
         self.env = ArmEnv(config, gui=bool(param("gui")), perturbation=perturbation(robustness) if robustness else None)
         self.cameras = [c.name for c in config.cameras]
 
+    def _create_interfaces(self) -> None:
+        """Publishers, the command subscriptions, services, diagnostics and the peers the first
+        episode waits for (a controller, the recorder)."""
+        self._controller_readiness = ControllerReadiness(self, conv.ARM_COMMAND_TOPIC)
+        self._recorder_matches: dict[str, int] | None = None  # the recorder's latest report
+        self._recorder_matches_topic = self.resolve_topic_name(
+            f"{self.get_parameter('recorder_node').value}/{conv.RECORDER_MATCHES_TOPIC}")
+        if self.get_parameter("wait_for_recorder").value and self.get_parameter("recorder_reports_matches").value:
+            self.create_subscription(String, self._recorder_matches_topic, self._recorder_matches_callback,
+                                     TRANSIENT_LOCAL)
         self.clock_pub = self.create_publisher(Clock, "/clock", 10)
         self.joint_pub = self.create_publisher(JointState, "joint_states", 10)
         self.image_pubs = {n: self.create_publisher(Image, f"camera/{n}/image_raw", 10) for n in self.cameras}
@@ -173,6 +196,8 @@ class SimNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "sim/diagnostics", 10)
         self.create_timer(1.0, self.publish_diagnostics, clock=RosClock(clock_type=ClockType.STEADY_TIME))
 
+    def _init_state(self) -> None:
+        """The loop's state: command targets and counts, episode bookkeeping, timing records."""
         self._lock = threading.Condition()
         self._arm_target: np.ndarray | None = None
         self._gripper_target: float | None = None
@@ -217,17 +242,6 @@ class SimNode(Node):
         # and the wall time the last env.reset took (the hold before a reset runs that far ahead).
         self._pace_ref: tuple[float, float] | None = None
         self._reset_wall_s = 0.0
-        paced = self.mode == "realtime" and self.real_time_factor > 0
-        (self.thread_priority,) = normal_when_unpaced(self, paced, self.thread_priority)
-        if paced and param("lock_memory"):
-            realtime.lock_process_memory(self.get_logger())
-        self._thread = threading.Thread(target=self._run, name="sim_loop", daemon=True)
-        self._thread.start()
-        # The executor thread (this one, in the executable) runs the command callbacks, which hold
-        # the GIL: preempted by other work while it holds it, it would stall the sim_loop thread.
-        # So it is RT too, one below the tick (docs/architecture.md, "Threading").
-        realtime.realtime_thread(self.thread_priority - 1 if self.thread_priority > 1 else 0,
-                                 "executor thread", self.get_logger())
 
     # ------------------------------------------------------------ command input
     @guarded("arm command (holding the last valid target)")
