@@ -161,18 +161,12 @@ def _time_limit(where: str, value: Any) -> float:
     return float(value)
 
 
-def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
-    """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
-    top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
-                                   "eval_threads", "eval_latency_ticks", "eval_assist", "train_processes",
-                                   "notes"})
-    blocks = _blocks("blocks", top.get("blocks", "2-5"))
-    workers = _int("workers", top.get("workers", 1), 1)
-    demos_raw = top.get("demos")
-    if not isinstance(demos_raw, list) or not demos_raw:
+def _demo_sets(raw: Any) -> list[DemoSet]:
+    """The recipe's `demos` list, each set checked."""
+    if not isinstance(raw, list) or not raw:
         raise PipelineConfigError("demos: a list of at least one demonstration set is needed")
     demos = []
-    for i, d in enumerate(demos_raw):
+    for i, d in enumerate(raw):
         d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world"})
         perturb = d.get("perturb", 0.0)
         if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
@@ -185,6 +179,17 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                 raise PipelineConfigError(f"demos[{i}].world={world!r} must be one of {list(ROBUSTNESS)}")
         demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
                              _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb), world))
+    return demos
+
+
+def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
+    """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
+    top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
+                                   "eval_threads", "eval_latency_ticks", "eval_assist", "train_processes",
+                                   "notes"})
+    blocks = _blocks("blocks", top.get("blocks", "2-5"))
+    workers = _int("workers", top.get("workers", 1), 1)
+    demos = _demo_sets(top.get("demos"))
     train_raw = _only("train", top.get("train", {}), {"config", "policy", "train"})
     policy, train = {}, {}
     if "config" in train_raw:
