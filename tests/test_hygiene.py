@@ -78,3 +78,15 @@ def test_no_import_cycles_between_modules():
     for name in sorted(graph):
         visit(name, [])
     assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def test_no_function_over_100_lines():
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "arm_act").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                            f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

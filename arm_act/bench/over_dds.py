@@ -1,108 +1,8 @@
 """The policy node's control period and observation-to-command latency over DDS, for
-`arm-act bench`.
-
-sim_node (realtime, real_time_factor 1) and policy_node run as child processes, exactly as
-`arm-act demo` starts them, in a private DDS domain restricted to localhost; a probe node in
-this process records, at the wall time each message arrives (time.monotonic):
-- every arm command, with the newest /clock (sim time) seen before it and whether an
-  episode was running (between episodes the node rightly publishes nothing);
-- the receipt of each camera image and each policy/action_chunk (whose header stamp is the
-  stamp of the camera pair it was computed from).
-
-Periods are measured between consecutive commands of one running episode, after a 1 s
-warm-up from the first command. Sim-time periods are quantised by /clock, which sim_node
-publishes at its joint-state rate (100 Hz: 10 ms steps). A period longer than 1.5 x nominal
-counts round(period / nominal) - 1 missed ticks.
-
-Sim time sent (control_period_sim_sent_*, missed_ticks_sim_sent): the sim-time label above is
-the newest /clock the probe's executor had taken before the command, but /clock and the
-commands are two DDS readers, and the executor can take a command before the /clock of its
-own tick (both waiting at once, or the /clock sample still in delivery). Such a command is
-labelled one 10 ms step early: periods of 10 then 30 ms, and the 30 ms one (30 ms + 1 ns from
-float sim seconds) counts as a missed tick that never happened. The sent label instead takes,
-by the DDS source timestamps (the publishers' write times, one machine's clock), the newest
-/clock sim_node published before policy_node published the command: the sim time the command
-was sent in, independent of the order the probe takes them, taken down to its control tick
-(multiples of the control period: a command sent after the /clock of the step between two
-ticks, 10-20 ms after its tick, is still that tick's; sent after the next tick's /clock it is
-late past it, as sim_node counts it). It also leaves out the period whose
-second command was sent after sim_node published the episode's end (by the same timestamps):
-after an episode ends, sim_node runs its hold between episodes ahead of the wall clock (it makes
-up the reset's time there), a burst of /clock steps 1 ms apart, so an episode's last command,
-still taken inside the episode because the probe takes the "ended" message later, was labelled
-30-40 ms after the one before it: one "missed" tick per such episode end, seen in measured runs;
-sim_node itself counts nothing there (the episode ended before the next tick).
-commands_received_before_their_clock counts the commands whose receipt label is in an earlier
-control tick than the sent label. The old fields keep their definitions, so old and new results compare.
-
-At sim (missed_ticks_at_sim, extra_commands_at_sim, control_periods_at_sim over at_sim_seconds of
-sim time): sim_node's own count, read from its sim/diagnostics (once per wall second, so the
-window is the diagnostics samples inside the measuring window), of the control periods (one
-tick's observation to the next, from the tick after an episode's first command) in which no arm
-command arrived, so the arm tracked the previous target for a whole period, as a ros2_control
-hardware interface would see a missed command, and of the commands beyond one in a period. This
-is the ground truth the others estimate: a command late past the next tick shows here as one
-period without and one extra.
-
-Wall time sent (control_period_wall_sent_p99_ms, missed_ticks_wall_sent): the same periods
-between the commands' DDS source timestamps, the wall times policy_node wrote them. A period late
-at receipt but not here left policy_node on time and was late in delivery or in the probe's own
-executor. late_periods lists each period over 1.5 x nominal on either clock (at_s: seconds into
-the window; received_ms, sent_ms, sim_ms), the first 50; probe_gc_pauses and probe_gc_max_ms
-are this process's garbage collections inside the window, its one stall the probe can see;
-steal_fraction the share of the machine's CPU time the hypervisor gave other guests in it.
-late_periods_with_steal of late_periods_sampled (all of them, not only the first 50) had CPU
-time stolen during them, against periods_with_steal_share of all periods (steal_near_late): a
-late period with steal around it may be the host's doing, one without it is the project's.
-late_period_counters does the same for other counters read with the steal counter: each
-process's minor page faults (`minor_faults:NAME`) and the CPU ms of the kernel's DAMON threads
-(`kdamond_ms`), so a late period can be matched with what else moved around it.
-
-Observation to command: for the camera pair stamped s, from the wall time the probe has
-received both images of s to the first arm command the probe receives after the chunk
-stamped s arrived. It includes transport both ways, waiting for the inference worker,
-inference, and the wait for the next control tick (up to one period); the probe's own
-callback latency adds to both ends alike. A pair whose episode ended before a command could
-use its chunk (the last pair of an episode) is left out and counted
-(obs_to_command_pairs_after_episode_end): its "first command" would be the next episode's,
-a 1 s hold later.
-
-CPU: utime + stime (/proc/<pid>/stat, and per thread /proc/<pid>/task/<tid>/stat) of each
-node process and of the probe over the measuring window, divided by the sim seconds that
-window covered (ros_cpu_s_per_sim_s, ros_cpu_threads_s_per_sim_s: "main" is the executor
-thread; ros_major_faults: each process's major page faults in the window, pages read back
-from disk after the kernel paged them out). camera_pairs / camera_pairs_inferred: the
-complete pairs in the window and those a chunk came back for (with cameras at the control
-rate: inference on every pair or not).
-
-Scheduling (arm_act/common/realtime.py, docs/architecture.md "Threading"): the nodes put their
-deadline threads on SCHED_FIFO at `thread_priority` (config/*.yaml, default 50; the
-thread_priority argument overrides it for both nodes). The probe's executor thread, the one
-that receives and timestamps every message, runs on SCHED_FIFO at the same priority: it
-stands for the consumer of the commands, which on a robot is a real-time thread too (a
-ros2_control hardware interface's read/write loop), and on a normal thread its own wake-up
-latency under load would be measured as the nodes' lateness. (The probe's DDS reception
-threads, like the nodes', stay on the normal scheduler.) ARM_ACT_REALTIME_TUNING=0 turns it off
-for the probe as for the nodes. `ros_sched_fifo_threads` records, per process, every thread
-that was on SCHED_FIFO during the window ("name[tid]": priority, read from /proc), so a result
-says under which scheduling it was made; `ros_thread_priority` is what was asked for.
-Memory: `ros_lock_memory` is the nodes' lock_memory asked for (None: the yaml files'), and
-`ros_locked_memory_mb` what each process had locked in RAM at the end (its resident locked
-pages, `Locked:` of /proc/PID/smaps_rollup). `ros_node_gc`: each node's garbage collections
-since it was ready (`pauses`, the longest `max_ms`; of them the full ones, `full` and
-`full_max_ms`), from its newest diagnostics: a collection
-holds the GIL, so the longest bounds how late it could make the node's deadline thread.
-`ros_sim_loop`: sim_node's own timing since its first episode (loop_late_max_ms, how late its
-loop reached a publication time at worst; loop_late_over_10ms and loop_late_events, how often
-over 10 and 5 ms; loop_wake_late_max_ms, how late a wait woke up at worst; step_max_ms and
-render_max_ms, its longest physics step and render of both cameras in the loop, in thread-CPU
-ms step_cpu_max_ms and render_cpu_max_ms, and start_render_max_ms at an episode's start;
-`late` and `late_over_10ms`, its latest publications over 5 and over 10 ms late with the work
-before each, arm_act.nodes.loop_timing). `ros_policy_answers`: policy_node's answers to the
-control ticks (AnswerTiming): how many, how many late (over 1.5 periods after the answer before,
-or over 5 ms of its own work), its longest own work, and its latest late answers, each with the
-time from sim_node's write of that tick's /clock to the node's /clock callback.
-"""
+`arm-act bench`: sim_node and policy_node run as child processes (as `arm-act demo` starts
+them) in a private localhost domain, and a probe node in this process records every command,
+/clock, camera image and chunk as it arrives. What each figure means, and why each is
+measured the way it is, is in benchmarks/README.md ("What the DDS run measures")."""
 from __future__ import annotations
 
 import bisect
@@ -457,6 +357,38 @@ def _at_sim(samples: list[tuple[float, dict[str, str]]], start: float, end: floa
         return dict.fromkeys(keys)
 
 
+def _obs_to_command(cameras, commands, pairs, chunks, ends, clock_sent, start: float, end: float
+                    ) -> tuple[list[float], int, int, int]:
+    """Camera pair -> the first command that could use its chunk (ms), over the pairs complete
+    between start and end. -> (latencies, complete pairs, inferred pairs, pairs whose episode
+    ended before a command could use them)."""
+    command_walls = [c[0] for c in commands]
+    # The sim times the episodes ended at (the newest /clock sim_node published before each
+    # "ended" message): a pair whose episode ended before a command could use its chunk has
+    # no "first command from it"; the next command is the next episode's, a hold later.
+    end_sims = sorted(t for t in _sent_sim_ns(ends, clock_sent) if t >= 0) if clock_sent else []
+    latencies = []
+    complete = inferred = after_end = 0
+    for key, cams in pairs.items():
+        if len(cams) < len(cameras):
+            continue
+        ready = max(cams.values())
+        if not start <= ready <= end:
+            continue
+        complete += 1
+        if key not in chunks:
+            continue
+        inferred += 1
+        i = bisect.bisect_right(command_walls, chunks[key])
+        if i < len(command_walls):
+            pair_ns = key * 100_000  # _key's 0.1 ms units
+            if bisect.bisect_left(end_sims, pair_ns) < bisect.bisect_left(end_sims, commands[i][1]):
+                after_end += 1
+                continue
+            latencies.append((command_walls[i] - ready) * 1e3)
+    return latencies, complete, inferred, after_end
+
+
 def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL_RATE,
             steal: Sequence[tuple[float, float]] = (),
             counters: Sequence[tuple[float, dict[str, float | None]]] = ()) -> dict[str, Any]:
@@ -509,30 +441,8 @@ def analyse(probe: _Probe, start: float, end: float, control_rate: int = CONTROL
                              "sent_ms": round(sent_ms, 2), "sim_ms": round((s1 - s0) / 1e6, 2)})
     wall_sent_arr = np.asarray(wall_sent)
     sent_arr = np.asarray(sent)
-    command_walls = [c[0] for c in commands]
-    # The sim times the episodes ended at (the newest /clock sim_node published before each
-    # "ended" message): a pair whose episode ended before a command could use its chunk has
-    # no "first command from it"; the next command is the next episode's, a hold later.
-    end_sims = sorted(t for t in _sent_sim_ns(ends, clock_sent) if t >= 0) if clock_sent else []
-    latencies = []
-    complete = inferred = after_end = 0
-    for key, cams in pairs.items():
-        if len(cams) < len(probe.cameras):
-            continue
-        ready = max(cams.values())
-        if not start <= ready <= end:
-            continue
-        complete += 1
-        if key not in chunks:
-            continue
-        inferred += 1
-        i = bisect.bisect_right(command_walls, chunks[key])
-        if i < len(command_walls):
-            pair_ns = key * 100_000  # _key's 0.1 ms units
-            if bisect.bisect_left(end_sims, pair_ns) < bisect.bisect_left(end_sims, commands[i][1]):
-                after_end += 1
-                continue
-            latencies.append((command_walls[i] - ready) * 1e3)
+    latencies, complete, inferred, after_end = _obs_to_command(probe.cameras, commands, pairs, chunks, ends,
+                                                                clock_sent, start, end)
     window = [(w, s) for w, s in clock if start <= w <= end]
     rtf = sim_seconds = None
     if len(window) >= 2 and window[-1][0] > window[0][0]:
@@ -765,6 +675,82 @@ class _InProcess:
             rclpy.shutdown(context=self.context)
 
 
+def _yaml_defaults(sim_yaml: Path, policy_yaml: Path, camera_rate: int | None,
+                   thread_priority: int | None) -> tuple[int, int]:
+    """The camera rate and thread priority to run with: given, else the parameter files'."""
+    import yaml
+
+    from arm_act.common import realtime
+
+    if camera_rate is None:
+        camera_rate = int(yaml.safe_load(sim_yaml.read_text())["/**"]["ros__parameters"]["camera_rate"])
+    if thread_priority is None:
+        thread_priority = int(yaml.safe_load(policy_yaml.read_text())["/**"]["ros__parameters"].get(
+            "thread_priority", realtime.DEFAULT_THREAD_PRIORITY))
+    reason = realtime.check_priority(thread_priority)
+    if reason:
+        raise ValueError(reason)
+    return camera_rate, thread_priority
+
+
+def _wait_for_first_command(probe, children) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not probe.commands:
+        children.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no command from policy_node within {STARTUP_TIMEOUT_S:.0f} s: "
+                               f"policy_node: {children.tail('policy_node')}; "
+                               f"sim_node: {children.tail('sim_node')}")
+        time.sleep(0.05)
+
+
+def _sample_window(children, pids: dict[str, int], start: float, end: float):
+    """Until wall time `end`: the processes' CPU and scheduling at `start` and at the end, and
+    every STEAL_SAMPLE_S the machine's steal and the late-period counters.
+    -> (cpu_before, cpu_after, times_before, times_after, sched, steal, counters)."""
+    cpu_before = sched = times_before = None
+    steal: list[tuple[float, float]] = []  # (wall s, stolen ms): steal_near_late
+    counters: list[tuple[float, dict]] = []  # (wall s, readings): counters_near_late
+    kernel_pids = _kernel_thread_pids()
+    while time.monotonic() < end:
+        children.check()
+        now = time.monotonic()
+        if cpu_before is None and now >= start:
+            cpu_before, times_before = cpu_snapshot(pids), cpu_times()
+            sched = sched_fifo_threads(pids)
+        if now >= start - STEAL_SAMPLE_S:
+            if (ms := stolen_ms(cpu_times())) is not None:
+                steal.append((now, ms))
+            counters.append((now, late_counters_sample(pids, kernel_pids)))
+        time.sleep(STEAL_SAMPLE_S)
+    cpu_after, times_after = cpu_snapshot(pids), cpu_times()
+    if (ms := stolen_ms(times_after)) is not None:
+        steal.append((time.monotonic(), ms))
+    counters.append((time.monotonic(), late_counters_sample(pids, kernel_pids)))
+    return cpu_before, cpu_after, times_before, times_after, sched, steal, counters
+
+
+def _add_process_figures(result: dict, probe, pids: dict[str, int], start: float, end: float,
+                         gc_pauses: list[tuple[float, float]], window) -> None:
+    """What the processes did in the window, beside the probe's figures: steal, the probe's
+    own collections, CPU per sim second, faults, scheduling, locked memory, the nodes' own
+    timing records."""
+    cpu_before, cpu_after, times_before, times_after, sched, _, _ = window
+    result["window_start_monotonic_s"] = round(start, 6)  # late_periods' at_s count from here
+    inside = [ms for t, ms in gc_pauses if start <= t <= end]
+    result["steal_fraction"] = steal_fraction(times_before, times_after)
+    result["probe_gc_pauses"] = len(inside)
+    result["probe_gc_max_ms"] = round(max(inside), 3) if inside else 0.0
+    result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
+        cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
+    result["ros_major_faults"] = major_faults(cpu_before or cpu_after, cpu_after)
+    result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
+    result["ros_locked_memory_mb"] = locked_memory_mb(pids)
+    result["ros_node_gc"] = probe.node_gc_pauses()
+    result["ros_sim_loop"] = sim_loop_timing(probe)
+    result["ros_policy_answers"] = policy_answer_timing(probe)
+
+
 def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, seconds: float,
                              logs: Path, domain_id: int | None = None,
                              camera_rate: int | None = None, arrangement: str = "processes",
@@ -780,8 +766,6 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     process, sharing its GIL with each other and the probe)."""
     if arrangement not in ("processes", "single"):
         raise ValueError(f"arrangement={arrangement!r} must be 'processes' or 'single'")
-    import yaml
-
     from arm_act.common import realtime
     from arm_act.common.paths import config_file
     from arm_act.common.processes import NodeProcesses, ros_args
@@ -789,16 +773,8 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
     from arm_act.ros.private_domain import PrivateDomain
 
     cameras = tuple(read_config(checkpoint).cameras)
-    sim_yaml = config_file("sim.yaml")
-    if camera_rate is None:
-        camera_rate = int(yaml.safe_load(sim_yaml.read_text())["/**"]["ros__parameters"]["camera_rate"])
-    policy_yaml = config_file("policy.yaml")
-    if thread_priority is None:
-        thread_priority = int(yaml.safe_load(policy_yaml.read_text())["/**"]["ros__parameters"].get(
-            "thread_priority", realtime.DEFAULT_THREAD_PRIORITY))
-    reason = realtime.check_priority(thread_priority)
-    if reason:
-        raise ValueError(reason)
+    sim_yaml, policy_yaml = config_file("sim.yaml"), config_file("policy.yaml")
+    camera_rate, thread_priority = _yaml_defaults(sim_yaml, policy_yaml, camera_rate, thread_priority)
     tuning = not realtime.tuning_disabled()
     probe_scheduling: list = []
 
@@ -840,14 +816,7 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                 children.start("policy_node", "arm_act.nodes.policy_node",
                                ros_args(policy_params, policy_yaml), env)
                 children.start("sim_node", "arm_act.nodes.sim_node", ros_args(sim_params, sim_yaml), env)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while not probe.commands:
-                children.check()
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no command from policy_node within {STARTUP_TIMEOUT_S:.0f} s: "
-                                       f"policy_node: {children.tail('policy_node')}; "
-                                       f"sim_node: {children.tail('sim_node')}")
-                time.sleep(0.05)
+            _wait_for_first_command(probe, children)
             start = probe.commands[0][0] + WARMUP_S
             end = start + seconds
             # The probe's own stalls would read as late commands: this process holds torch and the
@@ -862,40 +831,11 @@ def measure_control_over_dds(checkpoint: Path, *, backend: str, threads: int, se
                     else {name: proc.pid for name, proc in children.procs})
             if arrangement != "single":
                 pids["probe"] = os.getpid()
-            cpu_before = sched = times_before = None
-            steal: list[tuple[float, float]] = []  # (wall s, stolen ms): steal_near_late
-            counters: list[tuple[float, dict]] = []  # (wall s, readings): counters_near_late
-            kernel_pids = _kernel_thread_pids()
-            while time.monotonic() < end:
-                children.check()
-                now = time.monotonic()
-                if cpu_before is None and now >= start:
-                    cpu_before, times_before = cpu_snapshot(pids), cpu_times()
-                    sched = sched_fifo_threads(pids)
-                if now >= start - STEAL_SAMPLE_S:
-                    if (ms := stolen_ms(cpu_times())) is not None:
-                        steal.append((now, ms))
-                    counters.append((now, late_counters_sample(pids, kernel_pids)))
-                time.sleep(STEAL_SAMPLE_S)
-            cpu_after, times_after = cpu_snapshot(pids), cpu_times()
-            if (ms := stolen_ms(times_after)) is not None:
-                steal.append((time.monotonic(), ms))
-            counters.append((time.monotonic(), late_counters_sample(pids, kernel_pids)))
+            window = _sample_window(children, pids, start, end)
+            *_, steal, counters = window
             gc.callbacks.remove(on_gc)
             result = analyse(probe, start, end, steal=steal, counters=counters)
-            result["window_start_monotonic_s"] = round(start, 6)  # late_periods' at_s count from here
-            inside = [ms for t, ms in gc_pauses if start <= t <= end]
-            result["steal_fraction"] = steal_fraction(times_before, times_after)
-            result["probe_gc_pauses"] = len(inside)
-            result["probe_gc_max_ms"] = round(max(inside), 3) if inside else 0.0
-            result["ros_cpu_s_per_sim_s"], result["ros_cpu_threads_s_per_sim_s"] = cpu_per_sim_second(
-                cpu_before or cpu_after, cpu_after, result["ros_sim_seconds"])
-            result["ros_major_faults"] = major_faults(cpu_before or cpu_after, cpu_after)
-            result["ros_sched_fifo_threads"] = sched if sched is not None else sched_fifo_threads(pids)
-            result["ros_locked_memory_mb"] = locked_memory_mb(pids)
-            result["ros_node_gc"] = probe.node_gc_pauses()
-            result["ros_sim_loop"] = sim_loop_timing(probe)
-            result["ros_policy_answers"] = policy_answer_timing(probe)
+            _add_process_figures(result, probe, pids, start, end, gc_pauses, window)
             if probe_scheduling and not probe_scheduling[0].fifo:
                 result["ros_probe_scheduling"] = probe_scheduling[0].describe("probe thread")
         finally:
