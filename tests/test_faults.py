@@ -159,3 +159,47 @@ def test_a_node_killed_with_sigkill_and_started_again_resumes_the_loop(ros_conte
         procs.kill_all()
         probe.node.destroy_node()
         executor.shutdown()
+
+
+@pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
+def test_a_node_paused_with_sigstop_for_2_s_and_resumed_loses_nothing_for_good(ros_context, tmp_path, victim):
+    """A node stopped for 2 s (SIGSTOP: a debugger, a swapped-out process, a stalled host) and
+    continued: nothing restarts, no node exits, and commands come at the control rate again
+    within 5 s of SIGCONT."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    from tests.test_launch import Probe, _env, launch_command
+
+    procs = _Logged(_env(ros_context), tmp_path)
+    probe = Probe(ros_context, [""])
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(probe.node)
+    commands = probe.commands[""]
+
+    def spin_until(condition, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not condition():
+            executor.spin_once(timeout_sec=0.05)
+            for label in ("sim_node", "policy_node"):
+                assert procs.alive(label), f"{label} exited: {procs.tail(label)}"
+        return condition()
+
+    def recent(seconds=1.0):
+        return sum(t > time.monotonic() - seconds for t in commands)
+
+    try:
+        procs.start("sim_node", launch_command("sim_node"))
+        procs.start("policy_node", launch_command("policy_node"))
+        assert spin_until(lambda: recent() >= 25, 150), procs.tail("policy_node")
+        pids = {label: procs.procs[label][0].pid for label in ("sim_node", "policy_node")}
+        os.killpg(pids[victim], signal.SIGSTOP)
+        spin_until(lambda: False, 2.0)
+        assert recent(0.5) == 0  # stopped: no commands (a stopped sim sends no ticks to answer)
+        os.killpg(pids[victim], signal.SIGCONT)
+        continued = time.monotonic()
+        assert spin_until(lambda: recent() >= 25 and commands[-1] > continued + 0.5, 5.0), procs.tail(victim)
+        assert {label: procs.procs[label][0].pid for label in pids} == pids  # nothing restarted
+    finally:
+        procs.kill_all()
+        probe.node.destroy_node()
+        executor.shutdown()
