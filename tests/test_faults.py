@@ -203,3 +203,49 @@ def test_a_node_paused_with_sigstop_for_2_s_and_resumed_loses_nothing_for_good(r
         procs.kill_all()
         probe.node.destroy_node()
         executor.shutdown()
+
+
+def test_a_checkpoint_replaced_under_a_running_node(ros_context, tiny_checkpoint, tmp_path):
+    """The weights file of a running policy_node is overwritten (a half-copied retraining, a
+    corrupt disk): the node keeps commanding from the model it loaded; a reconfigure refuses
+    the file with the reason and leaves the node alive and unconfigured; the good file back,
+    it configures and commands again."""
+    import shutil
+
+    from lifecycle_msgs.msg import Transition
+
+    from arm_act.nodes.policy_node import PolicyNode
+    from arm_act.nodes.sim_node import SimNode
+    from tests.test_lifecycle import Operator
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    weights = checkpoint / "model.safetensors"
+    good = weights.read_bytes()
+    sim = SimNode(context=ros_context, parameter_overrides=_params(mode="realtime", episode_time_limit=30.0))
+    policy = PolicyNode(context=ros_context, parameter_overrides=_params(checkpoint=str(checkpoint)))
+    operator = Operator(ros_context)
+    commands: list[float] = []
+    operator.node.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC,
+                                      lambda m: commands.append(time.monotonic()), 100)
+    executor = SingleThreadedExecutor(context=ros_context)
+    for node in (sim, policy, operator.node):
+        executor.add_node(node)
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: len(commands) > 50, timeout=60)
+            weights.write_bytes(good[: len(good) // 2] + b"\0" * 64)  # replaced mid-copy
+            chunks = policy.chunk_count
+            assert wait_for(lambda: policy.chunk_count > chunks + 5, timeout=20)  # still inferring
+            assert operator.transition(Transition.TRANSITION_DEACTIVATE) is True
+            assert operator.transition(Transition.TRANSITION_CLEANUP) is True
+            assert operator.transition(Transition.TRANSITION_CONFIGURE) is False
+            assert operator.state() == "unconfigured" and "model.safetensors" in policy.last_error
+            weights.write_bytes(good)
+            assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
+            assert operator.transition(Transition.TRANSITION_ACTIVATE) is True
+            chunks = policy.chunk_count
+            assert wait_for(lambda: policy.chunk_count > chunks + 5, timeout=20)
+    finally:
+        for node in (sim, policy, operator.node):
+            node.destroy_node()
