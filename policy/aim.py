@@ -47,10 +47,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arm_act.policy.inference_config import RETRIES, InferenceConfig
 from arm_act.policy.kinematics import ChainKinematics
 from arm_act.policy.regrasp import RegraspReflex, RegraspSettings
 
-RETRIES = ("reflex", "policy")  # AimSettings.retry
+_DEFAULTS = InferenceConfig.defaults()  # the re-grasp count and retry have their one default there
+
 
 MISS_OPENING = 0.008
 """m per finger: closed this far on a closed command, the fingers hold nothing (a 3.2-4.8 cm
@@ -73,8 +75,8 @@ class AimSettings:
     damping: float = 1e-3
     miss_opening: float = MISS_OPENING
     closed_below: float = 0.01
-    regrasps: int = 3
-    retry: str = "reflex"
+    regrasps: int = _DEFAULTS["regrasps"]
+    retry: str = _DEFAULTS["retry"]
     """How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp: up, over the
     estimate, down, close; then the chunks again) or "policy" (the chunks, aim-corrected)."""
     reflex: RegraspSettings = RegraspSettings()

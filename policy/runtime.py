@@ -36,11 +36,11 @@ import torch
 from arm_act.policy.checkpoint import load_checkpoint
 from arm_act.policy.colour import ColourBalance
 from arm_act.policy.config import PolicyConfig
+from arm_act.policy.inference_config import BACKENDS
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 
 ARM_JOINTS = 7
-BACKENDS = ("torch", "onnx")
 
 logger = logging.getLogger(__name__)
 

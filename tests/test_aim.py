@@ -189,7 +189,7 @@ def test_bad_estimates_and_commands_change_nothing(kinematics):
     from arm_act.eval.in_process import PolicySettings
 
     for bad in (-1, 101, 1.5):
-        with pytest.raises(ValueError, match="regrasps="):
+        with pytest.raises(ValueError, match=r"regrasps must be in 0 \.\. 100"):
             PolicySettings(regrasps=bad)
     with pytest.raises(ValueError, match="aim regrasps"):
         AimSettings(regrasps=-2)

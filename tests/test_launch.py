@@ -45,6 +45,10 @@ def declared_parameters(executable: str) -> set[str]:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name in ("declare_parameter", "declare"):
                 names.add(node.args[0].value)
+    if executable == "policy_node":  # its inference parameters are declared from InferenceConfig
+        from arm_act.policy.inference_config import fields, meta_name
+
+        names |= {meta_name(f) for f in fields()}
     return names
 
 

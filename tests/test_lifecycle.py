@@ -122,6 +122,9 @@ def test_live_parameters_take_effect_and_bad_values_are_refused(ros_context, tin
     try:
         with spinning(executor):
             assert operator.state() == "active"  # autostart (ros2 run)
+            # What `ros2 param describe` shows, from InferenceConfig.
+            described = policy.describe_parameter("regrasps")
+            assert described.additional_constraints == "in 0 .. 100" and "re" in described.description
             for name, value, words in (("ensemble_m", -1.0, "ensemble_m must be"),
                                        ("ensemble_m", float("nan"), "ensemble_m must be"),
                                        ("execution", "fastest", "execution must be one of"),

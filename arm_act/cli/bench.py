@@ -19,16 +19,18 @@ from arm_act.cli.main import CommandError
 
 
 def _default_threads() -> int:
-    """policy_node's torch_threads from config/policy.yaml (what the policy really uses)."""
+    """policy_node's torch_threads: config/policy.yaml's when it sets it, else InferenceConfig's
+    default (what the policy really uses)."""
     import yaml
 
     from arm_act.common.paths import config_file
+    from arm_act.policy.inference_config import InferenceConfig
 
     try:
         params = yaml.safe_load(config_file("policy.yaml").read_text())["/**"]["ros__parameters"]
-        return int(params["torch_threads"])
+        return int(params.get("torch_threads", InferenceConfig.defaults()["threads"]))
     except (OSError, KeyError, TypeError, ValueError):
-        return 2
+        return InferenceConfig.defaults()["threads"]
 
 
 def configure(parser) -> None:

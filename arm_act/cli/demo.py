@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from arm_act.cli.eval import add_assist_argument
+from arm_act.cli.eval import add_assist_argument, add_setting
 from arm_act.cli.main import CommandError
 from arm_act.common.paths import config_file, default_checkpoint
 from arm_act.common.processes import NodeProcesses, ros_args
@@ -46,8 +46,8 @@ def configure(parser) -> None:
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
-    parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
     add_assist_argument(parser)
+    add_setting(parser, "execution")
     parser.add_argument("--real-time-factor", type=float, default=1.0,
                         help="sim speed vs wall clock (0: as fast as it goes)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID for the nodes")

@@ -68,36 +68,40 @@ def configure(parser) -> None:
 
 def add_assist_argument(parser) -> None:
     """--assist: the same switch on eval, demo and collect (policy_node's `assist`)."""
-    parser.add_argument("--assist", action="store_true",
-                        help="run the hand-written assist around the network: colour balance, aim correction, "
-                             "grasp check and re-grasp reflex (policy_node's assist; default: the network alone)")
+    add_setting(parser, "assist")
+
+
+def add_setting(parser, name: str, **overrides) -> None:
+    """The flag of one InferenceConfig setting: its default, help and range from the field."""
+    from arm_act.policy.inference_config import describe_range, fields
+
+    f = next(f for f in fields() if f.name == name)
+    flag = "--" + name.replace("_", "-")
+    limits = describe_range(f)
+    help_text = f.metadata["help"] + (f"; {limits}" if limits and f.metadata["choices"] is None else "")
+    if f.type in ("bool", bool):
+        parser.add_argument(flag, action="store_true", help=help_text + f" (policy_node's {name})")
+        return
+    kind = {"int": int, "float": float}.get(f.type, str) if isinstance(f.type, str) else f.type
+    options = {"type": kind, "default": f.default, "help": help_text + " (default: %(default)s)"}
+    if f.metadata["choices"] is not None:
+        options["choices"] = f.metadata["choices"]
+    parser.add_argument(flag, **{**options, **overrides})
+
+
+# The settings every run of a checkpoint takes (policy_node's parameters, InferenceConfig).
+EVAL_SETTINGS = ("execution", "ensemble_m", "threads", "device", "backend", "max_joint_speed", "assist", "regrasps",
+                 "retry")
 
 
 def add_policy_arguments(parser) -> None:
-    """Options that only apply to a checkpoint policy (the runtime)."""
+    """Options that only apply to a checkpoint policy (the runtime), derived from InferenceConfig."""
     group = parser.add_argument_group("checkpoint policy")
-    group.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble",
-                       help="temporal ensembling over overlapping chunks, or a chunk queue")
-    group.add_argument("--ensemble-m", type=float, default=0.1, help="ensembling weights exp(-m*i)")
-    group.add_argument("--latency-ticks", type=int, default=None,
-                       help="control ticks before a chunk is usable (default: measured inference latency)")
+    for name in EVAL_SETTINGS:
+        add_setting(group, name)
+    add_setting(group, "latency_ticks", default=None,
+                 help="control ticks before a chunk is usable (default: this machine's measured inference latency)")
     group.add_argument("--ideal", action="store_true", help="zero inference delay (ablation)")
-    group.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    group.add_argument("--device", default="cpu", help="where torch runs the policy: cpu (default), auto, cuda, "
-                       "cuda:N (a CUDA device runs torch, not onnxruntime)")
-    group.add_argument("--backend", choices=("torch", "onnx"), default="torch",
-                       help="inference backend: eager torch, or an ONNX graph exported at load and "
-                            "run by onnxruntime (checked against torch; falls back to torch)")
-    group.add_argument("--max-joint-speed", type=float, default=3.0,
-                       help="rad/s clamp on commanded joint motion (as policy_node)")
-    add_assist_argument(group)
-    group.add_argument("--regrasps", type=int, default=3,
-                       help="with --assist: reopen at most this many grasps an episode that closed on "
-                            "nothing, for the policy to grasp again (0: never; policy_node's regrasps)")
-    group.add_argument("--retry", choices=("reflex", "policy"), default="reflex",
-                       help="how a reopened grasp is retried: 'reflex' (up, over the target head's estimate, "
-                            "down, close; then the chunks again) or 'policy' (the chunks alone, aim-corrected); "
-                            "policy_node's regrasp_retry")
     group.add_argument("--video", type=Path, help="directory for per-episode videos with attention")
     group.add_argument("--bags", type=Path, help="directory for a bag of every rollout")
 

@@ -11,6 +11,7 @@ rule lives in arm_act.policy.selection.ActionSelector, which policy_node uses to
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arm_act.common.viz import VideoWriter, compose_frame
+from arm_act.policy.inference_config import InferenceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -186,47 +188,22 @@ class ExpertRunner:
 
 
 @dataclass(frozen=True)
-class PolicySettings:
-    """How a checkpoint runs: executor, latency model, threads, backend, command limiter.
-    latency_ticks None means: measure this machine's inference latency; ideal means zero
-    latency whatever latency_ticks says (the ablation)."""
+class PolicySettings(InferenceConfig):
+    """How a checkpoint runs in an evaluation: every InferenceConfig setting (one default
+    each, policy_node's), and two of evaluation's own. latency_ticks None means: measure this
+    machine's inference latency; ideal means zero latency whatever latency_ticks says (the
+    ablation)."""
 
-    execution: str = "ensemble"
-    ensemble_m: float = 0.1
     latency_ticks: int | None = None
     ideal: bool = False
-    threads: int = 2
-    backend: str = "torch"
-    max_joint_speed: float = 3.0
-    device: str = "cpu"  # where torch runs the policy: cpu, auto, cuda, cuda:N (policy/device.py)
-    # The hand-written assist around the network (policy_node's `assist`): colour balance
-    # (arm_act.policy.colour), aim correction and grasp check (arm_act.policy.aim), re-grasp
-    # reflex (arm_act.policy.regrasp). Off: the network's commands alone, through the limiter.
-    assist: bool = False
-    regrasps: int = 3  # with the assist: grasps closed on nothing that are reopened, at most, per episode
-    retry: str = "reflex"  # how a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy"
 
     def __post_init__(self):
-        from arm_act.policy.runtime import BACKENDS
-
-        if self.execution not in ("ensemble", "queue"):
-            raise ValueError(f"execution={self.execution!r} must be 'ensemble' or 'queue'")
-        if not (math.isfinite(self.ensemble_m) and self.ensemble_m >= 0):
-            raise ValueError(f"ensemble_m={self.ensemble_m} must be a finite number >= 0")
-        if self.latency_ticks is not None and self.latency_ticks < 0:
-            raise ValueError(f"latency_ticks={self.latency_ticks} must be >= 0")
-        if self.threads < 1:
-            raise ValueError(f"threads={self.threads} must be >= 1")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} must be one of {list(BACKENDS)}")
-        if not (math.isfinite(self.max_joint_speed) and self.max_joint_speed > 0):
-            raise ValueError(f"max_joint_speed={self.max_joint_speed} must be > 0")
-        if not (isinstance(self.regrasps, int) and 0 <= self.regrasps <= 100):
-            raise ValueError(f"regrasps={self.regrasps!r} must be a whole number in 0 .. 100")
-        from arm_act.policy.aim import RETRIES
-
-        if self.retry not in RETRIES:
-            raise ValueError(f"retry={self.retry!r} must be one of {list(RETRIES)}")
+        if self.latency_ticks is None:  # measured at load; every other field as InferenceConfig checks it
+            InferenceConfig.__post_init__(dataclasses.replace(self, latency_ticks=0))
+        else:
+            InferenceConfig.__post_init__(self)
+        if not isinstance(self.ideal, bool):
+            raise ValueError(f"ideal={self.ideal!r} must be true or false")
         from arm_act.policy.device import resolve_device
 
         resolve_device(self.device)  # DeviceError (a ValueError, one line) when it is not here

@@ -39,7 +39,6 @@ cannot use (any input) is rejected with a throttled warning naming it (arm_act.n
 """
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -48,7 +47,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import SetParametersResult
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray
@@ -69,15 +68,15 @@ from arm_act.nodes.scheduling import (
     read_priority,
     thread_priority_descriptor,
 )
-from arm_act.policy.aim import RETRIES
+from arm_act.policy.inference_config import InferenceConfig, describe_range, meta_name
+from arm_act.policy.inference_config import fields as inference_fields
 from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
 from arm_act.ros.qos import SENSOR_DATA
 
-EXECUTIONS = ("ensemble", "queue")
 # Parameters applied to the running policy by the on-set-parameters callback.
-LIVE_PARAMETERS = ("execution", "ensemble_m", "stale_timeout", "max_joint_speed")
+LIVE_PARAMETERS = tuple(meta_name(f) for f in inference_fields() if f.metadata["live"])
 # Parameters read at configure: they may change only while unconfigured.
 CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "latency_ticks", "assist",
                         "regrasps", "regrasp_retry", "publish_attention")
@@ -88,20 +87,13 @@ MAX_IMAGE_PIXELS = 4096 * 4096
 JOINT_HISTORY = 16  # realtime: joint states kept by stamp (0.16 s at 100 Hz) to pair camera pairs with
 
 
+INFERENCE_PARAMETERS = {meta_name(f) for f in inference_fields()}
+
+
 def check_live_value(name: str, value) -> str | None:
-    """The reason a value of a live parameter is refused, or None when it is fine."""
-    if name == "execution":
-        return None if value in EXECUTIONS else f"execution must be one of {list(EXECUTIONS)}, not {value!r}"
-    if name == "ensemble_m":
-        ok = isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 10.0
-        return None if ok else f"ensemble_m must be a finite number in 0 .. 10, not {value!r}"
-    if name == "stale_timeout":
-        ok = isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 60.0
-        return None if ok else f"stale_timeout must be in (0, 60] sim seconds, not {value!r}"
-    if name == "max_joint_speed":
-        ok = isinstance(value, float) and math.isfinite(value) and 0.0 < value <= 10.0
-        return None if ok else f"max_joint_speed must be in (0, 10] rad/s, not {value!r}"
-    return None
+    """The reason a value of an inference parameter is refused (InferenceConfig's ranges), or
+    None when it is fine or the parameter is not one of them."""
+    return InferenceConfig.check(name, value) if name in INFERENCE_PARAMETERS else None
 
 
 class PolicyNode(ControllerNode, LifecycleNode):
@@ -130,21 +122,11 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def _declare_parameters(self) -> None:
         declare = self.declare_parameter
         declare("checkpoint", "")
-        declare("execution", "ensemble")
-        declare("ensemble_m", 0.1)
-        declare("torch_threads", 1)
-        declare("backend", "torch")
-        declare("device", "cpu")
-        declare("stale_timeout", 0.5)
-        declare("max_joint_speed", 3.0)
-        declare("latency_ticks", 1)
-        # The hand-written assist around the network: colour balance, aim correction, grasp
-        # check and re-grasp reflex (arm_act.policy.colour, .aim, .regrasp). Off: the network alone.
-        declare("assist", False)
-        # With it: a grasp that closes on nothing is reopened, at most this often an episode.
-        declare("regrasps", 3)
-        # How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp) or "policy" (the chunks).
-        declare("regrasp_retry", "reflex")
+        # Every inference setting, with its one default, description and range, from
+        # InferenceConfig (`ros2 param describe /policy_node assist` shows them).
+        for f in inference_fields():
+            declare(meta_name(f), f.default, ParameterDescriptor(
+                description=f.metadata["help"], additional_constraints=describe_range(f)))
         declare("publish_attention", True)
         declare("front_topic", "camera/front/image_raw")
         declare("wrist_topic", "camera/wrist/image_raw")
@@ -352,17 +334,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 return SetParametersResult(successful=False, reason=(
                     f"{name} is read at configure: deactivate and clean up the node first "
                     f"(it is {self.lifecycle_state})"))
-            if name == "torch_threads" and not (isinstance(value, int) and value >= 1):
-                return SetParametersResult(successful=False, reason=f"torch_threads must be >= 1, not {value!r}")
-            if name == "regrasps" and not (isinstance(value, int) and 0 <= value <= 100):
-                return SetParametersResult(successful=False, reason=f"regrasps must be in 0 .. 100, not {value!r}")
-            if name == "regrasp_retry" and value not in RETRIES:
-                return SetParametersResult(successful=False, reason=f"regrasp_retry must be one of {list(RETRIES)}, "
-                                                                    f"not {value!r}")
-            if name == "latency_ticks" and not (isinstance(value, int) and 0 <= value <= 50):
-                return SetParametersResult(successful=False, reason=f"latency_ticks must be in 0 .. 50, not {value!r}")
-            if name == "backend" and value not in BACKENDS:
-                return SetParametersResult(successful=False, reason=f"backend must be one of {list(BACKENDS)}")
             reason = check_live_value(name, value)
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
