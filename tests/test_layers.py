@@ -35,7 +35,7 @@ RANKS = {
     "common": 1,
     "ros": 2,
     "bags": 3, "nodes": 3,
-    "data": 4, "eval": 4, "bench": 4, "view": 4,
+    "data": 4, "eval": 4, "bench": 4, "view": 4, "gym": 4,
     "pipeline": 5,
     "cli": 6,
 }
