@@ -247,3 +247,73 @@ def test_live_bag_agrees_with_the_same_episode_recorded_in_process(ros_context, 
     for key in ("mean_rate_hz", "period_p50_ms", "period_p99_ms", "period_max_ms", "late_periods"):
         assert ours[key] == pytest.approx(theirs[key], rel=1e-6), key
     np.testing.assert_allclose(ours["mean_rate_hz"], 50.0, rtol=1e-3)
+
+
+def test_a_recorder_killed_and_started_again_writes_a_new_bag_and_the_old_one_stays_readable(ros_context, tmp_path):
+    """bag_recorder with its default bag name (rosbag2_<date>-<time>, in its working
+    directory), killed with SIGKILL mid-recording and started again (by hand or launch's
+    respawn): the new process records into a new bag, and the first one reads back up to what
+    it had flushed."""
+    import time
+
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_context.get_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+               PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "arm_act.nodes.bag_recorder", "--ros-args",
+               "-p", "topics:=[/clock, arm_controller/commands]", "-p", "flush_interval:=0.1"]
+    source = Node("source", context=ros_context)
+    clock_pub = source.create_publisher(Clock, "/clock", 10)
+    command_pub = source.create_publisher(Float64MultiArray, "arm_controller/commands", 100)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(source)
+
+    def bags():
+        return sorted(p for p in tmp_path.iterdir() if p.name.startswith("rosbag2_"))
+
+    def recorded(bag) -> int:
+        try:
+            return sum(m.topic == "/arm_controller/commands" for m in read_bag(bag, allow_incomplete=True))
+        except BagError:
+            return 0
+
+    def record_into_new_bag(first_value: float) -> subprocess.Popen:
+        before = set(bags())
+        proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        assert spin_until(executor, lambda: command_pub.get_subscription_count() > 0 and set(bags()) - before,
+                          timeout=30)
+        (bag,) = set(bags()) - before
+
+        def clock_recorded() -> bool:  # from here on the recorder's clock runs on sim time
+            clock_pub.publish(Clock(clock=_stamp(5_000_000_000)))
+            try:
+                return any(m.topic == "/clock" for m in read_bag(bag, allow_incomplete=True))
+            except BagError:
+                return False
+
+        assert spin_until(executor, clock_recorded, timeout=20, step=0.1)
+        for i in range(10):
+            command_pub.publish(Float64MultiArray(data=[first_value + i] * 7))
+        assert spin_until(executor, lambda: recorded(bag) == 10, timeout=20, step=0.1)
+        return proc
+
+    procs = []
+    try:
+        procs.append(record_into_new_bag(0.0))
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=30)
+        time.sleep(1.1)  # the default name has one-second resolution, as ros2 bag's
+        procs.append(record_into_new_bag(100.0))
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(timeout=30) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        source.destroy_node()
+        executor.shutdown()
+    old, new = bags()
+    assert not repair(old).complete and bag_info(new).complete
+    for bag, first in ((old, 0.0), (new, 100.0)):
+        with AnyReader([bag]) as reader:
+            values = [reader.deserialize(raw, c.msgtype).data[0] for c, _, raw in reader.messages()
+                      if c.topic == "/arm_controller/commands"]
+        assert values == [first + i for i in range(10)]
