@@ -106,60 +106,77 @@ class _Logged:
             log.close()
 
 
+class _Loop:
+    """sim_node and policy_node as `ros2 run` processes, and a probe of their commands."""
+
+    def __init__(self, context, logs):
+        from rclpy.executors import SingleThreadedExecutor
+
+        from tests.test_launch import Probe, _env, launch_command
+
+        self.launch_command = launch_command
+        self.procs = _Logged(_env(context), logs)
+        self.probe = Probe(context, [""])
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.probe.node)
+        self.commands = self.probe.commands[""]
+        self.dead: set[str] = set()  # killed on purpose: not a failure while it is down
+
+    def start(self, label):
+        self.procs.start(label, self.launch_command(label))
+        self.dead.discard(label)
+
+    def spin_until(self, condition, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not condition():
+            self.executor.spin_once(timeout_sec=0.05)
+            for label in {"sim_node", "policy_node"} - self.dead:
+                assert self.procs.alive(label), f"{label} exited: {self.procs.tail(label)}"
+        return condition()
+
+    def recent(self, seconds=1.0):
+        return sum(t > time.monotonic() - seconds for t in self.commands)
+
+    def pid(self, label):
+        return self.procs.procs[label][0].pid
+
+    def close(self):
+        self.procs.kill_all()
+        self.probe.node.destroy_node()
+        self.executor.shutdown()
+
+
 @pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
 def test_a_node_killed_with_sigkill_and_started_again_resumes_the_loop(ros_context, tmp_path, victim):
     """sim_node and policy_node as two `ros2 run` processes; one is killed with SIGKILL (an OOM
     kill, a crash in a native library) and started again, the other left running. The loop
     resumes by itself: commands at the control rate again, the other process never restarted.
     The time to resume includes the new process's start (imports, the checkpoint)."""
-    from rclpy.executors import SingleThreadedExecutor
-
-    from tests.test_launch import Probe, _env, launch_command
-
-    procs = _Logged(_env(ros_context), tmp_path)
-    probe = Probe(ros_context, [""])
-    executor = SingleThreadedExecutor(context=ros_context)
-    executor.add_node(probe.node)
-    commands = probe.commands[""]
-
-    dead: set[str] = set()
-
-    def spin_until(condition, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not condition():
-            executor.spin_once(timeout_sec=0.05)
-            for label in {"sim_node", "policy_node"} - dead:
-                assert procs.alive(label), f"{label} exited: {procs.tail(label)}"
-        return condition()
-
-    def recent(seconds=1.0):
-        return sum(t > time.monotonic() - seconds for t in commands)
-
+    loop = _Loop(ros_context, tmp_path)
     try:
-        procs.start("sim_node", launch_command("sim_node"))
-        procs.start("policy_node", launch_command("policy_node"))
-        assert spin_until(lambda: recent() >= 25, 150), procs.tail("policy_node")
+        loop.start("sim_node")
+        loop.start("policy_node")
+        assert loop.spin_until(lambda: loop.recent() >= 25, 150), loop.procs.tail("policy_node")
         other = "policy_node" if victim == "sim_node" else "sim_node"
-        other_pid = procs.procs[other][0].pid
-        procs.kill(victim)
-        dead.add(victim)
+        other_pid = loop.pid(other)
+        loop.procs.kill(victim)
+        loop.dead.add(victim)
         killed = time.monotonic()
         if victim == "sim_node":
-            spin_until(lambda: recent(0.5) == 0, 10)  # no sim, no ticks: the controller is silent
-        procs.start(victim, launch_command(victim))
-        dead.discard(victim)
-        assert spin_until(lambda: recent() >= 25 and commands[-1] > killed + 1.0, 120), procs.tail(victim)
+            loop.spin_until(lambda: loop.recent(0.5) == 0, 10)  # no sim, no ticks: the controller is silent
+        loop.start(victim)
+        assert loop.spin_until(lambda: loop.recent() >= 25 and loop.commands[-1] > killed + 1.0, 120), \
+            loop.procs.tail(victim)
         resumed = time.monotonic() - killed
-        assert procs.procs[other][0].pid == other_pid and procs.alive(other)  # the other never restarted
+        assert loop.pid(other) == other_pid and loop.procs.alive(other)  # the other never restarted
         print(f"\n{victim} killed and started again: commands at the control rate after {resumed:.1f} s")
         # And it goes on: a second of commands at the rate again later (between episodes, during
         # the reset pause, the controller rightly sends nothing, so this is not every second).
         resumed_at = time.monotonic()
-        assert spin_until(lambda: time.monotonic() > resumed_at + 2.0 and recent() >= 25, 30), procs.tail(victim)
+        assert loop.spin_until(lambda: time.monotonic() > resumed_at + 2.0 and loop.recent() >= 25, 30), \
+            loop.procs.tail(victim)
     finally:
-        procs.kill_all()
-        probe.node.destroy_node()
-        executor.shutdown()
+        loop.close()
 
 
 @pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
@@ -167,43 +184,22 @@ def test_a_node_paused_with_sigstop_for_2_s_and_resumed_loses_nothing_for_good(r
     """A node stopped for 2 s (SIGSTOP: a debugger, a swapped-out process, a stalled host) and
     continued: nothing restarts, no node exits, and commands come at the control rate again
     within 5 s of SIGCONT."""
-    from rclpy.executors import SingleThreadedExecutor
-
-    from tests.test_launch import Probe, _env, launch_command
-
-    procs = _Logged(_env(ros_context), tmp_path)
-    probe = Probe(ros_context, [""])
-    executor = SingleThreadedExecutor(context=ros_context)
-    executor.add_node(probe.node)
-    commands = probe.commands[""]
-
-    def spin_until(condition, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not condition():
-            executor.spin_once(timeout_sec=0.05)
-            for label in ("sim_node", "policy_node"):
-                assert procs.alive(label), f"{label} exited: {procs.tail(label)}"
-        return condition()
-
-    def recent(seconds=1.0):
-        return sum(t > time.monotonic() - seconds for t in commands)
-
+    loop = _Loop(ros_context, tmp_path)
     try:
-        procs.start("sim_node", launch_command("sim_node"))
-        procs.start("policy_node", launch_command("policy_node"))
-        assert spin_until(lambda: recent() >= 25, 150), procs.tail("policy_node")
-        pids = {label: procs.procs[label][0].pid for label in ("sim_node", "policy_node")}
+        loop.start("sim_node")
+        loop.start("policy_node")
+        assert loop.spin_until(lambda: loop.recent() >= 25, 150), loop.procs.tail("policy_node")
+        pids = {label: loop.pid(label) for label in ("sim_node", "policy_node")}
         os.killpg(pids[victim], signal.SIGSTOP)
-        spin_until(lambda: False, 2.0)
-        assert recent(0.5) == 0  # stopped: no commands (a stopped sim sends no ticks to answer)
+        loop.spin_until(lambda: False, 2.0)
+        assert loop.recent(0.5) == 0  # stopped: no commands (a stopped sim sends no ticks to answer)
         os.killpg(pids[victim], signal.SIGCONT)
         continued = time.monotonic()
-        assert spin_until(lambda: recent() >= 25 and commands[-1] > continued + 0.5, 5.0), procs.tail(victim)
-        assert {label: procs.procs[label][0].pid for label in pids} == pids  # nothing restarted
+        assert loop.spin_until(lambda: loop.recent() >= 25 and loop.commands[-1] > continued + 0.5, 5.0), \
+            loop.procs.tail(victim)
+        assert {label: loop.pid(label) for label in pids} == pids  # nothing restarted
     finally:
-        procs.kill_all()
-        probe.node.destroy_node()
-        executor.shutdown()
+        loop.close()
 
 
 def test_a_checkpoint_replaced_under_a_running_node(ros_context, tiny_checkpoint, tmp_path):
