@@ -24,6 +24,7 @@ from arm_act.common.viz import VideoWriter, compose_frame
 from arm_act.policy.inference_config import InferenceConfig
 
 logger = logging.getLogger(__name__)
+_DEFAULTS = InferenceConfig.defaults()  # the agent's settings have their one default there
 
 
 LIFTED_Z = 0.08  # m: a block's centre this high above the table is in the gripper (blocks rest at 0.02)
@@ -34,8 +35,9 @@ class PolicyAgent:
     the one policy_node uses, so ROS and in-process runs execute the same commands."""
 
     def __init__(self, runtime, latency_ticks: int, video: VideoWriter | None = None,
-                 control_rate: float = 50.0, max_joint_speed: float = 3.0, project=None, assist: bool = False,
-                 regrasps: int = 3, retry: str = "reflex"):
+                 control_rate: float = 50.0, max_joint_speed: float = _DEFAULTS["max_joint_speed"], project=None,
+                 assist: bool = _DEFAULTS["assist"], regrasps: int = _DEFAULTS["regrasps"],
+                 retry: str = _DEFAULTS["retry"]):
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
         the named block on the video (optional). assist: the hand-written grasp assist around
         the network (policy_node's `assist`): steer the grasp onto the target head's estimate
