@@ -91,6 +91,7 @@ class TakeoverRound:
     handover: tuple[float, float] | str  # [lo, hi] sim seconds, "miss" or "grasp" (arm_act.data.collect)
     train: dict
     latency_ticks: int = 1
+    world: str | None = None  # the world the round's episodes run in (as DemoSet.world)
 
 
 @dataclass(frozen=True)
@@ -171,15 +172,21 @@ def _demo_sets(raw: Any) -> list[DemoSet]:
         perturb = d.get("perturb", 0.0)
         if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
             raise PipelineConfigError(f"demos[{i}].perturb={perturb!r} must be in [0, 1]")
-        world = d.get("world")
-        if world is not None:
-            from arm_act.sim.perturb import ROBUSTNESS
-
-            if world not in ROBUSTNESS:
-                raise PipelineConfigError(f"demos[{i}].world={world!r} must be one of {list(ROBUSTNESS)}")
         demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
-                             _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb), world))
+                             _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb),
+                             _world(f"demos[{i}]", d.get("world"))))
     return demos
+
+
+def _world(where: str, world: Any) -> str | None:
+    """A world perturbation's name (arm_act.sim.perturb), or None."""
+    if world is None:
+        return None
+    from arm_act.sim.perturb import ROBUSTNESS
+
+    if world not in ROBUSTNESS:
+        raise PipelineConfigError(f"{where}.world={world!r} must be one of {list(ROBUSTNESS)}")
+    return str(world)
 
 
 def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
@@ -205,7 +212,7 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     train.update(_only("train.train", train_raw.get("train", {}) or {}, _fields("train")))
     rounds = []
     for i, r in enumerate(top.get("rounds", []) or []):
-        r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks"})
+        r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks", "world"})
         handover = r.get("handover")
         if handover in ("miss", "grasp"):  # when the policy's grasp closes on nothing / starts to close
             pass
@@ -221,7 +228,8 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                                     _int(f"rounds[{i}].episodes", r.get("episodes"), 1),
                                     _int(f"rounds[{i}].seed", r.get("seed"), 0),
                                     handover, dict(overrides),
-                                    _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0)))
+                                    _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0),
+                                    _world(f"rounds[{i}]", r.get("world"))))
     evals = []
     for i, e in enumerate(top.get("evals", []) or []):
         e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit"})

@@ -69,6 +69,12 @@ class Stage:
         return f"{self.index:02d}_{self.name}.json"
 
 
+def _without_unset_world(spec) -> dict:
+    """A demo set's or round's fields, "world" only when set: a run made before the key
+    existed keeps its stage digests and still resumes."""
+    return {k: v for k, v in dataclasses.asdict(spec).items() if k != "world" or v is not None}
+
+
 def _digest(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -144,9 +150,8 @@ class Pipeline:
             stages.append(Stage(len(stages) + 1, name, params, output, run))
 
         for demo in c.demos:
-            # "world" only when set, so a run made before the key existed still resumes
-            params = {k: v for k, v in dataclasses.asdict(demo).items() if k != "world" or v is not None}
-            add(f"collect_{demo.name}", {"kind": "collect", **params, "blocks": c.blocks}, self.data_dir(demo.name),
+            add(f"collect_{demo.name}", {"kind": "collect", **_without_unset_world(demo), "blocks": c.blocks},
+                self.data_dir(demo.name),
                 lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world))
         data = [self.data_dir(d.name) for d in c.demos]
         add(f"train_{STAGE1}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
@@ -154,10 +159,11 @@ class Pipeline:
             lambda data=list(data): self._train(STAGE1, data, c.train_config()))
         previous = self.checkpoint_dir(STAGE1)
         for rnd in c.rounds:
-            add(f"collect_{rnd.name}", {"kind": "takeover", **dataclasses.asdict(rnd), "blocks": c.blocks,
+            add(f"collect_{rnd.name}", {"kind": "takeover", **_without_unset_world(rnd), "blocks": c.blocks,
                                         "policy": str(previous)},
                 self.data_dir(rnd.name), lambda r=rnd, p=previous: self._collect(
-                    r.name, r.episodes, r.seed, 0.0, policy=p, handover=r.handover, latency_ticks=r.latency_ticks))
+                    r.name, r.episodes, r.seed, 0.0, policy=p, handover=r.handover, latency_ticks=r.latency_ticks,
+                    world=r.world))
             data = [*data, self.data_dir(rnd.name)]
             train_config = c.train_config(rnd.train, init_from=str(previous))
             add(f"train_{rnd.name}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
