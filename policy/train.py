@@ -24,6 +24,7 @@ so its weights are those of earlier versions, bit for bit (tests/test_train_gold
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import math
@@ -48,6 +49,7 @@ from arm_act.policy.distributed import (
     DEFAULT_TIMEOUT_S,
     DistributedError,
     World,
+    barrier,
     check_in_sync,
     mean_over_ranks,
     process_group,
@@ -262,7 +264,8 @@ class _Trainer:
         self.sampler = Sampler(len(train_set), self.generator)
         self.stream_state: StreamState | None = None  # streamed: the stream after the last step's batch
         self.stream: BatchStream | None = None
-        self.loss_module: torch.nn.Module = _LossModule(self.model)
+        self._plain_loss = _LossModule(self.model)
+        self.loss_module: torch.nn.Module = self._plain_loss
         if self.world.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -349,6 +352,13 @@ class _Trainer:
         self.stream_state = self.sampler.state()
         self.stream = BatchStream(self.sampler, self.tcfg.batch_size, self.world.rank, self.world.size,
                                   self.make_batch, self.step, self.device, self.prefetch)
+
+    def release_group(self) -> None:
+        """Drop the DDP wrapper (it holds the process group) before the group is destroyed,
+        so gloo's connections close inside the with-block, not at interpreter exit."""
+        if self.loss_module is not self._plain_loss:
+            self.loss_module = self._plain_loss
+            gc.collect()
 
     def close_stream(self) -> None:
         if self.stream is not None:
@@ -699,7 +709,10 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
                 trainer = _Trainer(cfg, tcfg, out, normalizer, train_set, val_set, fingerprint,
                                    ground_val_set, world, amp, prefetch, sync_every)
                 trainer.products = products
-                return _run(trainer, saved, init, stop_after, episodes, data_info, progress)
+                try:
+                    return _run(trainer, saved, init, stop_after, episodes, data_info, progress)
+                finally:
+                    trainer.release_group()
     except (DeviceError, DistributedError) as exc:
         raise TrainingError(str(exc)) from None
 
@@ -736,4 +749,7 @@ def _run(trainer: _Trainer, saved: SavedState | None, init, stop_after: int | No
         save_checkpoint(out, trainer.model, normalizer, metrics)
         plot_losses(trainer.history, out / CURVES_FILE,
                     f"{out.name}: {trainer.step} steps, {len(trainer.train_set)} training frames")
+    # The ranks leave the group together, once rank 0 has saved: a rank that left and exited
+    # while another still held the group's connections sometimes aborted in gloo's teardown.
+    barrier(trainer.world, "finishing the training")
     return metrics
