@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -207,6 +208,9 @@ def test_lock_memory_refuses_an_unprivileged_finite_limit_in_a_real_process():
     # be allowed for the pages mapped now and make later allocations fail; lock_memory says no.
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to start an unprivileged child")
+    closed = _closed_to_others(ROOT, Path(sys.prefix))
+    if closed:
+        pytest.skip(f"the unprivileged child cannot reach the code: {closed} is not open to others")
     code = ("import resource; resource.setrlimit(resource.RLIMIT_MEMLOCK, (65536, 65536)); "
             "from arm_act.common import realtime; ok, why = realtime.lock_memory(); "
             "lck = [l for l in open('/proc/self/smaps_rollup') if l.startswith('Locked')][0].split()[1]; "
@@ -218,6 +222,16 @@ def test_lock_memory_refuses_an_unprivileged_finite_limit_in_a_real_process():
     ok, locked, why = out.stdout.split(maxsplit=2)
     assert ok == "False" and int(locked) == 0, out.stdout
     assert "memlock limit is 0.0625 MiB" in why and "CAP_IPC_LOCK" in why, why
+
+
+def _closed_to_others(*paths: Path) -> Path | None:
+    """The first directory on the way to any of `paths` that users other than the owner
+    cannot enter (a clone in a 0700 temporary directory), or None."""
+    for path in paths:
+        for d in [*reversed(path.resolve().parents), path.resolve()]:
+            if not d.stat().st_mode & stat.S_IXOTH:
+                return d
+    return None
 
 
 @pytest.mark.unit
