@@ -158,10 +158,33 @@ class AimCorrector:
         self.closed, self.target = False, None
         return True
 
-    def handed_back(self) -> None:
-        """The re-grasp reflex has closed the fingers and the chunks drive again: hold no
-        shift, and keep the grasp check armed (closed) until the gripper opens."""
-        self.closed, self.target, self.shift = True, None, np.zeros(3)
+    def start_retry(self, arm: np.ndarray) -> None:
+        """A missed grasp was reopened at the commanded arm (7,): with retry="reflex" the
+        reflex takes over (`retrying`); with "policy" the chunks retry, aimed as before."""
+        if self.reflex is not None:
+            self.reflex.start(arm)
+
+    @property
+    def retrying(self) -> bool:
+        """The re-grasp reflex drives the arm; the chunks wait."""
+        return self.reflex is not None and self.reflex.active
+
+    def retry_step(self, targets: list, measured: np.ndarray | None) -> tuple[np.ndarray, float, bool]:
+        """A tick of the reflex: the due chunks' target estimates feed its aim, `measured`
+        is the arm's joint position (7,) or None. -> (arm (7,), gripper, finished): when
+        finished the fingers are closed and the chunks of the next camera pairs drive again,
+        with no shift and the grasp check armed until the gripper opens."""
+        for target in targets:
+            self.reflex.observe(target)
+        arm, gripper = self.reflex.step(measured)
+        finished = not self.reflex.active
+        if finished:
+            self.closed, self.target, self.shift = True, None, np.zeros(3)
+        return arm, gripper, finished
+
+    def diagnostics(self) -> dict[str, float | int | bool]:
+        return {"aim_corrections": self.corrections, "aim_largest_shift_m": round(self.largest_shift, 4),
+                "grasps_reopened": self.misses, "regrasp_reflex_active": self.retrying}
 
     def correct(self, arm: np.ndarray, gripper: float) -> np.ndarray:
         """The arm command (7,) rad with the shift applied; `gripper` is this tick's command (m)."""

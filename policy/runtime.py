@@ -348,13 +348,21 @@ class CommandLimiter:
             raise ValueError(f"max_joint_speed={max_joint_speed} and control_rate={control_rate} must be > 0")
         self.max_step = float(max_joint_speed) / float(control_rate)
         self._previous: np.ndarray | None = None
+        self.clamped = 0  # commands changed by a joint limit or the speed bound since reset
 
     def reset(self, arm: np.ndarray | None = None) -> None:
         self._previous = None if arm is None else np.asarray(arm, dtype=np.float64).copy()
+        self.clamped = 0
 
     def __call__(self, arm: np.ndarray, gripper: float) -> tuple[np.ndarray, float]:
-        target = np.clip(np.asarray(arm, dtype=np.float64), ARM_LOWER, ARM_UPPER)
+        wanted = np.asarray(arm, dtype=np.float64)
+        target = np.clip(wanted, ARM_LOWER, ARM_UPPER)
         if self._previous is not None:
             target = np.clip(target, self._previous - self.max_step, self._previous + self.max_step)
         self._previous = target
+        if not np.array_equal(target, wanted):
+            self.clamped += 1
         return target.copy(), float(np.clip(gripper, *GRIPPER_RANGE))
+
+    def diagnostics(self) -> dict[str, int]:
+        return {"commands_clamped": self.clamped}

@@ -167,6 +167,8 @@ def test_the_selector_hands_a_missed_grasp_to_the_reflex_and_back_to_the_chunks(
     empty = np.append(q, [0.003, 0.003])  # closed on nothing
     arm, gripper = selector.command(2, empty)
     assert aim.misses == 1 and aim.reflex.active and gripper > 0.03 and runtime.chunks == 0
+    d = selector.diagnostics()
+    assert d["grasps_reopened"] == 1 and d["regrasp_reflex_active"] and aim.retrying
     tick, phases, measured = 3, [], empty
     while aim.reflex.active and tick < 2000:
         if tick % 5 == 0:  # camera pairs keep coming: their estimates aim, their actions wait
@@ -183,6 +185,8 @@ def test_the_selector_hands_a_missed_grasp_to_the_reflex_and_back_to_the_chunks(
     arm, gripper = selector.command(tick, measured)
     assert runtime.chunks == 0 and selector.holding and gripper == 0.0
     np.testing.assert_allclose(arm, held)
+    d = selector.diagnostics()
+    assert not d["regrasp_reflex_active"] and d["chunks_dropped"] >= 1 and d["grasps_reopened"] == 1
     selector.add_chunk(tick, np.zeros((4, 8)))  # the first pair after the hand-back drives
     selector.command(tick + 1, measured)
     assert runtime.chunks == 1 and aim.misses == 1
