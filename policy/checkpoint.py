@@ -25,6 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from arm_act.policy.config import PolicyConfig
+from arm_act.policy.inference_config import INFERENCE_FILE, InferenceConfig, save_inference_config
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 
@@ -67,8 +68,10 @@ def _sha256(path: Path) -> str:
 
 
 def save_checkpoint(directory: str | os.PathLike, model: ACTPolicy, normalizer: Normalizer,
-                    metrics: Mapping[str, Any] | None = None) -> Path:
-    """Write the checkpoint directory (created if needed; files replaced atomically)."""
+                    metrics: Mapping[str, Any] | None = None, inference: InferenceConfig | None = None) -> Path:
+    """Write the checkpoint directory (created if needed; files replaced atomically), with
+    inference.json: `inference`, else the defaults, unless the directory has one already
+    (a retrained checkpoint keeps how it was meant to run)."""
     cfg = model.config
     if (normalizer.state_dim, normalizer.action_dim) != (cfg.state_dim, cfg.action_dim):
         raise ValueError(f"normalizer dims (state {normalizer.state_dim}, action "
@@ -94,6 +97,8 @@ def save_checkpoint(directory: str | os.PathLike, model: ACTPolicy, normalizer: 
     _write_atomic(out / NORMALIZATION_FILE, _json_bytes(normalizer.to_dict(), NORMALIZATION_FILE))
     if metrics is not None:
         _write_atomic(out / METRICS_FILE, _json_bytes(dict(metrics), METRICS_FILE))
+    if inference is not None or not (out / INFERENCE_FILE).is_file():
+        save_inference_config(out, inference or InferenceConfig())
     return out
 
 

@@ -14,7 +14,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+INFERENCE_FILE = "inference.json"
+"""Beside a checkpoint's config.json: the InferenceConfig it is meant to run with."""
 
 EXECUTIONS = ("ensemble", "queue")
 BACKENDS = ("torch", "onnx")
@@ -93,6 +97,61 @@ class InferenceConfig:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(InferenceConfig)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "inference.json") -> InferenceConfig:
+        """The config of a parsed inference.json: unknown keys and bad values are refused
+        with one line naming them; keys it lacks take their defaults."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise ValueError(f"{where}: unknown settings {unknown} (known: {sorted(_FIELDS)})")
+        values = dict(data)
+        for name, value in values.items():  # JSON writes 3.0 as 3.0 but a hand edit may write 3
+            if _FIELDS[name].type in ("float", float) and isinstance(value, int) and not isinstance(value, bool):
+                values[name] = float(value)
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+# How the policy behaves, as opposed to how this machine runs it (threads, backend, device,
+# latency_ticks): `arm-act eval` takes these from a checkpoint's inference.json unless given.
+BEHAVIOUR = ("execution", "ensemble_m", "max_joint_speed", "stale_timeout", "assist", "regrasps", "retry")
+
+
+def save_inference_config(directory, config: InferenceConfig) -> Path:
+    """Write DIRECTORY/inference.json (atomically: a reader never sees half a file)."""
+    import json
+    import os
+    import tempfile
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{INFERENCE_FILE}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out / INFERENCE_FILE)
+    return out / INFERENCE_FILE
+
+
+def load_inference_config(directory) -> InferenceConfig | None:
+    """The checkpoint's inference.json, None when it has none (a checkpoint saved before the
+    file existed); ValueError naming the file when it cannot be read or holds bad settings."""
+    import json
+
+    path = Path(directory) / INFERENCE_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it ({type(exc).__name__}: {exc})") from None
+    return InferenceConfig.from_dict(data, where=str(path))
 
 
 def meta_name(f: dataclasses.Field) -> str:

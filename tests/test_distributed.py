@@ -117,7 +117,7 @@ def test_two_ddp_processes_keep_identical_weights_and_resume_on_one(tmp_path):
     assert saved["distributed"]["world_size"] == 2 and saved["distributed"]["global_batch"] == 4
     assert saved["distributed"]["per_rank_batch"] == 2
     assert sorted(p.name for p in ckpt.iterdir()) == [
-        "config.json", "loss_curves.png", "metrics.json", "model.safetensors",
+        "config.json", "inference.json", "loss_curves.png", "metrics.json", "model.safetensors",
         "normalization.json", "train_state"]
     assert json.loads((ckpt / "train_state" / "state.json").read_text())["world_size"] == 2
 

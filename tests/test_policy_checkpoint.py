@@ -22,6 +22,7 @@ from arm_act.policy.checkpoint import (
     save_checkpoint,
 )
 from arm_act.policy.config import PolicyConfig
+from arm_act.policy.inference_config import InferenceConfig, load_inference_config
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 
@@ -64,7 +65,8 @@ def _inputs(cfg: PolicyConfig):
 def test_round_trip(saved):
     path, model = saved
     assert sorted(p.name for p in path.iterdir()) == sorted(
-        [MODEL_FILE, CONFIG_FILE, NORMALIZATION_FILE, METRICS_FILE])
+        [MODEL_FILE, CONFIG_FILE, NORMALIZATION_FILE, METRICS_FILE, "inference.json"])
+    assert load_inference_config(path) == InferenceConfig()  # how it runs: the defaults unless given
     loaded, normalizer, cfg = load_checkpoint(path)
     assert cfg == model.config and read_config(path) == cfg
     assert normalizer == make_normalizer()

@@ -25,6 +25,7 @@ goes to stderr; the result (text or --json) to stdout.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -66,6 +67,20 @@ def configure(parser) -> None:
     add_policy_arguments(parser)
 
 
+def settings_for(args) -> tuple[dict, str | None]:
+    """The behaviour settings of this evaluation: each flag given, else the checkpoint's
+    inference.json, else InferenceConfig's default. -> (settings, the file used or None)."""
+    from arm_act.policy.inference_config import BEHAVIOUR, INFERENCE_FILE, InferenceConfig, load_inference_config
+
+    recorded = None
+    if args.policy != "expert" and Path(args.policy).is_dir():
+        recorded = load_inference_config(args.policy)  # ValueError naming the file when it is bad
+    base = (recorded or InferenceConfig()).to_dict()
+    given = {name: getattr(args, name) for name in BEHAVIOUR if hasattr(args, name)}
+    settings = {name: base[name] if value is None else value for name, value in given.items()}
+    return settings, (str(Path(args.policy) / INFERENCE_FILE) if recorded is not None else None)
+
+
 def add_assist_argument(parser) -> None:
     """--assist: the same switch on eval, demo and collect (policy_node's `assist`)."""
     add_setting(parser, "assist")
@@ -80,10 +95,15 @@ def add_setting(parser, name: str, **overrides) -> None:
     limits = describe_range(f)
     help_text = f.metadata["help"] + (f"; {limits}" if limits and f.metadata["choices"] is None else "")
     if f.type in ("bool", bool):
-        parser.add_argument(flag, action="store_true", help=help_text + f" (policy_node's {name})")
+        if overrides.get("default", False) is None:  # unset: the checkpoint's inference.json decides
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text + f" (policy_node's {name}; default: {CHECKPOINT_DEFAULT})")
+        else:
+            parser.add_argument(flag, action="store_true", help=help_text + f" (policy_node's {name})")
         return
     kind = {"int": int, "float": float}.get(f.type, str) if isinstance(f.type, str) else f.type
-    options = {"type": kind, "default": f.default, "help": help_text + " (default: %(default)s)"}
+    shown = f"{CHECKPOINT_DEFAULT}, else {f.default}" if overrides.get("default", False) is None else "%(default)s"
+    options = {"type": kind, "default": f.default, "help": help_text + f" (default: {shown})"}
     if f.metadata["choices"] is not None:
         options["choices"] = f.metadata["choices"]
     parser.add_argument(flag, **{**options, **overrides})
@@ -92,13 +112,18 @@ def add_setting(parser, name: str, **overrides) -> None:
 # The settings every run of a checkpoint takes (policy_node's parameters, InferenceConfig).
 EVAL_SETTINGS = ("execution", "ensemble_m", "threads", "device", "backend", "max_joint_speed", "assist", "regrasps",
                  "retry")
+CHECKPOINT_DEFAULT = "the checkpoint's inference.json"
 
 
 def add_policy_arguments(parser) -> None:
-    """Options that only apply to a checkpoint policy (the runtime), derived from InferenceConfig."""
+    """Options that only apply to a checkpoint policy (the runtime), derived from InferenceConfig.
+    The behaviour settings (inference_config.BEHAVIOUR) left unset come from the checkpoint's
+    inference.json, then from InferenceConfig's defaults (`settings_for`)."""
+    from arm_act.policy.inference_config import BEHAVIOUR
+
     group = parser.add_argument_group("checkpoint policy")
     for name in EVAL_SETTINGS:
-        add_setting(group, name)
+        add_setting(group, name, **({"default": None} if name in BEHAVIOUR else {}))
     add_setting(group, "latency_ticks", default=None,
                  help="control ticks before a chunk is usable (default: this machine's measured inference latency)")
     group.add_argument("--ideal", action="store_true", help="zero inference delay (ablation)")
@@ -114,10 +139,9 @@ def run(args) -> int:
     from arm_act.policy.checkpoint import CheckpointError
 
     try:
-        settings = PolicySettings(
-            execution=args.execution, ensemble_m=args.ensemble_m, latency_ticks=args.latency_ticks,
-            ideal=args.ideal, threads=args.threads, backend=args.backend, max_joint_speed=args.max_joint_speed,
-            device=args.device, assist=args.assist, regrasps=args.regrasps, retry=args.retry)
+        behaviour, recorded = settings_for(args)
+        settings = PolicySettings(latency_ticks=args.latency_ticks, ideal=args.ideal, threads=args.threads,
+                                  backend=args.backend, device=args.device, **behaviour)
         config = EvalConfig(
             policy=args.policy, episodes=args.episodes, seed=args.seed, blocks=args.blocks,
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
@@ -148,6 +172,8 @@ def run(args) -> int:
     print(f"{name}: {summary['successes']}/{summary['episodes']} success "
           f"({summary['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}) "
           f"in {summary['wall_time_s']:.0f} s")
+    if recorded:
+        print(f"  settings without a flag from {recorded}")
     for k, v in summary["by_blocks"].items():
         print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
     retried = summary.get("ray", {}).get("retried")

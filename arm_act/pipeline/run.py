@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arm_act.pipeline.config import PipelineConfig
+from arm_act.policy.inference_config import InferenceConfig, save_inference_config
 
 logger = logging.getLogger(__name__)
 
@@ -411,5 +412,9 @@ class Pipeline:
         for name in CHECKPOINT_FILES:
             if (self.final_checkpoint / name).is_file():
                 shutil.copy2(self.final_checkpoint / name, final / name)
+        # How the recipe's evaluations ran it: the settings the checkpoint's figures hold for.
+        c = self.config
+        save_inference_config(final, InferenceConfig(latency_ticks=c.eval_latency_ticks, threads=c.eval_threads,
+                                                     assist=c.eval_assist))
         manifests = [m for m in (self.manifest(s) for s in self.stages if s.name != "report") if m is not None]
         return write_report(self.out, manifests, self.config)
