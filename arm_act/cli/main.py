@@ -18,9 +18,10 @@ from arm_act import __version__
 COMMANDS = {
     "demo": "the main job: sim + trained policy over ROS 2 topics, with a live view",
     "collect": "scripted-expert demonstrations written as rosbag2 MCAP, one bag per episode",
-    "train": "train a policy checkpoint from bags",
+    "train": "train a policy checkpoint from bags or LeRobot datasets",
     "eval": "closed-loop success rate over seeded episodes (checkpoint or expert)",
     "report": "metrics and plots from recorded bags",
+    "export": "bags as a LeRobotDataset v3.0 directory (parquet + mp4 videos): --format lerobot",
     "view": "recorded bags in Rerun (cameras with attention, 3D, joints, diagnostics): --save FILE.rrd or --web",
     "bench": "latency and throughput figures of the policy and the loop",
     "budget": "tokens, parameters and FLOPs of a policy config against the control period",

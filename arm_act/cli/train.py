@@ -1,4 +1,4 @@
-"""`arm-act train`: train a policy checkpoint from demonstration bags.
+"""`arm-act train`: train a policy checkpoint from demonstration bags or LeRobot datasets.
 
     arm-act train --data data/demos --out checkpoints/run1
     arm-act train --data data/a data/b --out runs/small --config width=128 encoder_layers=3
@@ -6,13 +6,16 @@
     arm-act train --data data/demos --out runs/gpu --device cuda            # bf16 autocast
     torchrun --standalone --nproc-per-node 2 $(which arm-act) train --data ... --out ...
     arm-act train --nproc-per-node 2 --data ... --out ...                  # the same, shorter
+    arm-act train --data datasets/demos --out runs/lr     # a LeRobotDataset v3.0 (arm-act export)
 
 Bags are found at any depth under each --data path and decoded once into a cache (rebuilt
 when a bag changes); failed demonstrations and incomplete bags are skipped; grounding
 layouts are rendered once into the same cache (arm_act/data/training.py). A run whose --out
 already holds a training state resumes from it. Progress goes to stderr, the summary to
-stdout. This module parses the options and the --config items, calls
-arm_act.data.training.train_from_bags and prints the summary.
+stdout. A --data directory with meta/info.json is a LeRobotDataset v3.0 instead
+(arm_act/data/lerobot/load.py: its features must fit the policy). This module parses the
+options and the --config items, calls arm_act.data.training.train_from_bags (with a LeRobot
+dataset among --data: arm_act.data.lerobot.load.train_from_datasets) and prints the summary.
 """
 from __future__ import annotations
 
@@ -50,7 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = CONFIG_HELP
     parser.add_argument("--data", nargs="+", required=True, type=Path, metavar="DIR",
-                        help="directories holding bags (searched recursively)")
+                        help="directories holding bags (searched recursively), or LeRobotDataset v3.0 "
+                             "directories")
     parser.add_argument("--out", required=True, type=Path, metavar="CKPT_DIR",
                         help="checkpoint directory (also holds train_state/ for resuming)")
     parser.add_argument("--config", nargs="+", action="extend", default=[],
@@ -185,6 +189,7 @@ def run(args) -> int:
                                f"{status} (its output above names the rank that failed)")
         return 0
     from arm_act.data.dataset import DatasetError
+    from arm_act.data.lerobot.load import is_lerobot_dataset, train_from_datasets
     from arm_act.data.training import train_from_bags
     from arm_act.policy.train import TrainingError
 
@@ -193,9 +198,11 @@ def run(args) -> int:
                       "seed": args.seed, "init_from": None if args.init is None else str(args.init)})
     cache = args.cache or default_cache(args.out)
     try:
-        metrics, data = train_from_bags(args.data, args.out, cache, policy_config, train_config,
-                                        resume=not args.no_resume, progress=sys.stderr.isatty(), device=args.device,
-                                        precision=args.precision, timeout_s=args.ddp_timeout)
+        # a LeRobot dataset among --data: the loader that reads those and bags alike
+        train_fn = train_from_datasets if any(is_lerobot_dataset(d) for d in args.data) else train_from_bags
+        metrics, data = train_fn(args.data, args.out, cache, policy_config, train_config,
+                                 resume=not args.no_resume, progress=sys.stderr.isatty(), device=args.device,
+                                 precision=args.precision, timeout_s=args.ddp_timeout)
     except (DatasetError, TrainingError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     if os.environ.get("RANK", "0") != "0":

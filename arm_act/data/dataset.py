@@ -352,8 +352,26 @@ def extract_episode(bag_dir: str | os.PathLike,
                     cameras: Sequence[str] = ("front", "wrist")) -> EpisodeArrays:
     """Decode one demonstration bag into arrays. Raises DatasetError naming the bag and the
     topic or field that is missing or malformed."""
-    bag = Path(bag_dir)
-    cameras = tuple(cameras)
+    return _extract(Path(bag_dir), tuple(cameras))[0]
+
+
+def extract_episode_with_tick_state(bag_dir: str | os.PathLike, cameras: Sequence[str] = ("front", "wrist")
+                                    ) -> tuple[EpisodeArrays, np.ndarray]:
+    """extract_episode, plus the joint state at every control tick, (T, 9) float32: the
+    latest joint state stamped at or before the tick's time, NaN rows before the first one.
+    For formats with a row per control tick (arm_act/data/lerobot), where EpisodeArrays
+    keeps the state only at the camera frames."""
+    episode, contents, clock = _extract(Path(bag_dir), tuple(cameras))
+    order = np.argsort(np.asarray(contents.joint_stamps, dtype=np.int64), kind="stable")
+    stamps = np.asarray(contents.joint_stamps, dtype=np.int64)[order]
+    chosen = np.searchsorted(stamps, clock.stamps_of(episode.n_ticks), side="right") - 1
+    state = np.stack(contents.joint_values)[order][np.maximum(chosen, 0)].astype(np.float32)
+    state[chosen < 0] = np.nan
+    return episode, state
+
+
+def _extract(bag: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays, _BagContents, _TickClock]:
+    """extract_episode, with what it read from the bag and the episode's tick clock."""
     if not cameras:
         raise DatasetError("no cameras given")
     try:
@@ -373,11 +391,12 @@ def extract_episode(bag_dir: str | os.PathLike,
         images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
             info.custom_data["expert_from_s"], clock.rate, bag, images, frame_state, frame_target, frame_ticks,
             success, status)
-    return EpisodeArrays(
+    episode = EpisodeArrays(
         bag=str(bag), instruction=outcome.instruction, success=success, status=status,
         seed=outcome.seed, n_blocks=outcome.n_blocks, control_rate=clock.rate, camera_rate=first["camera_rate"],
         cameras=cameras, frame_ticks=frame_ticks, images=images, frame_state=frame_state,
         commands=commands, frame_target=frame_target)
+    return episode, contents, clock
 
 
 def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, frame_target, frame_ticks,
