@@ -141,8 +141,11 @@ def split_episodes(n_episodes: int, val_fraction: float, seed: int
     return sorted(order[n_val:].tolist()), sorted(order[:n_val].tolist())
 
 
-def augment_images(images: torch.Tensor, generator: torch.Generator, max_shift: int = MAX_SHIFT) -> torch.Tensor:
-    """Random shift and brightness/contrast jitter, per sample and camera.
+def augment_images(images: torch.Tensor, generator: torch.Generator, max_shift: int = MAX_SHIFT,
+                   colour: float = 0.0) -> torch.Tensor:
+    """Random shift and brightness/contrast jitter, per sample and camera; with colour > 0
+    also a gain per colour channel, uniform in [1 - colour, 1 + colour] (the light's colour
+    changes: what a changed light does to a camera that the network should not care about).
 
     images (B, C, H, W, 3) uint8 -> (B, C, 3, H, W) float32 in [0, 1]. The shift is DrQ's
     "pad by 4 with edge pixels, crop back at a random offset": clamping the source indices
@@ -158,6 +161,9 @@ def augment_images(images: torch.Tensor, generator: torch.Generator, max_shift: 
     brightness = 1.0 + BRIGHTNESS * jitter[1]
     mean = x.mean(dim=(1, 2, 3), keepdim=True)  # (BC, 1, 1, 1)
     x = ((x - mean) * contrast + mean) * brightness
+    if colour > 0:  # drawn only when asked, so runs without it keep their random stream
+        gains = 1.0 + colour * (torch.rand(b * c, 3, 1, 1, generator=generator) * 2.0 - 1.0)  # (BC, 3, 1, 1)
+        x = x * gains
     return x.clamp_(0.0, 1.0).reshape(b, c, 3, h, w)  # (B, C, 3, H, W)
 
 
@@ -289,7 +295,7 @@ class ChunkDataset:
         return len(self)
 
     def batch(self, index: torch.Tensor, generator: torch.Generator | None = None,
-              augment: bool = False, max_shift: int = MAX_SHIFT) -> dict[str, torch.Tensor]:
+              augment: bool = False, max_shift: int = MAX_SHIFT, colour: float = 0.0) -> dict[str, torch.Tensor]:
         """Samples `index` (B,) long as a batch dict (model.loss's keys). augment needs a
         generator (the only randomness drawn)."""
         index = torch.as_tensor(index, dtype=torch.long)
@@ -297,7 +303,7 @@ class ChunkDataset:
         if augment:
             if generator is None:
                 raise ValueError("augment=True needs a torch.Generator")
-            images = augment_images(uint8, generator, max_shift)
+            images = augment_images(uint8, generator, max_shift, colour)
         else:
             images = uint8.permute(0, 1, 4, 2, 3).to(torch.float32).div_(255.0)  # (B, C, 3, H, W)
         steps = torch.arange(self.chunk_size)  # (K,)

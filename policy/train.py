@@ -346,7 +346,7 @@ class _Trainer:
         seeded by (seed, step, rank) alone."""
         generator = torch.Generator().manual_seed(step_seed(self.tcfg.seed, step, self.world.rank, "augment"))
         return self.train_set.batch(index, generator, augment=self.tcfg.augment,
-                                    max_shift=self.tcfg.augment_shift)
+                                    max_shift=self.tcfg.augment_shift, colour=self.tcfg.augment_colour)
 
     def open_stream(self) -> None:
         self.stream_state = self.sampler.state()
@@ -373,7 +373,7 @@ class _Trainer:
         t0 = time.perf_counter()
         self.phase = "prepare"
         batch = self.train_set.batch(self.sampler.next(tcfg.batch_size), self.generator,
-                                     augment=tcfg.augment, max_shift=tcfg.augment_shift)
+                                     augment=tcfg.augment, max_shift=tcfg.augment_shift, colour=tcfg.augment_colour)
         lr = lr_at(self.step, tcfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr

@@ -33,6 +33,7 @@ class TrainConfig:
     log_every: int = 10  # steps per point of the training-loss history
     augment: bool = True
     augment_shift: int = 2  # pixels of random shift when augmenting (policy/data.py MAX_SHIFT)
+    augment_colour: float = 0.0  # per-channel colour gain jitter when augmenting, +- this fraction
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
     # torch intra-op threads. 1 by default: with the other core of a 2-core machine busy,
     # 2 OpenMP threads made elementwise ops ~15x slower and training 2.2x slower (13 vs
@@ -86,6 +87,9 @@ class TrainConfig:
             raise ValueError(f"val_fraction={self.val_fraction!r} must be < 1")
         if not isinstance(self.augment_shift, int) or not 0 <= self.augment_shift <= 16:
             raise ValueError(f"augment_shift={self.augment_shift!r} must be an int in [0, 16]")
+        if (isinstance(self.augment_colour, bool) or not isinstance(self.augment_colour, (int, float))
+                or not 0.0 <= self.augment_colour < 1.0):
+            raise ValueError(f"augment_colour={self.augment_colour!r} must be a number in [0, 1)")
         for name in ("augment", "hold_after_end"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")

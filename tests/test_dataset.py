@@ -23,6 +23,7 @@ from arm_act.data import dataset as ds
 from arm_act.data.dataset import DatasetError, extract_episode, load_dataset
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
+from arm_act.policy.train_config import TrainConfig
 
 pytestmark = pytest.mark.unit
 
@@ -282,6 +283,21 @@ def test_augmentation_shifts_and_jitters_deterministically():
     peaks = {tuple(divmod(int(img[0].argmax()), 16)) for img in out1.reshape(8, 3, 16, 16)}
     assert len(peaks) > 1  # cameras/samples moved independently
     assert all(abs(r - 8) <= 4 and abs(c - 8) <= 4 for r, c in peaks)
+
+
+def test_colour_jitter_changes_each_channel_within_its_bound_and_only_when_asked():
+    images = torch.full((8, 2, 8, 8, 3), 128, dtype=torch.uint8)
+    plain = augment_images(images, torch.Generator().manual_seed(5), 0)
+    same = augment_images(images, torch.Generator().manual_seed(5), 0, colour=0.0)
+    assert torch.equal(plain, same)  # off: not a single extra random draw
+    tinted = augment_images(images, torch.Generator().manual_seed(5), 0, colour=0.3)
+    ratio = (tinted / plain).mean(dim=(3, 4))  # (B, C, 3): each channel's gain
+    assert float(ratio.min()) >= 0.7 - 1e-4 and float(ratio.max()) <= 1.3 + 1e-4
+    assert float((ratio[..., 0] - ratio[..., 2]).abs().max()) > 0.05  # the channels move apart
+    with pytest.raises(ValueError, match="augment_colour"):
+        TrainConfig(augment_colour=1.5)
+    with pytest.raises(ValueError, match="augment_colour"):
+        TrainConfig(augment_colour=True)
 
 
 def test_split_is_by_episode_seeded_and_keeps_one_for_validation():
