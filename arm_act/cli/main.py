@@ -103,4 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m arm_act.cli.main` this file is __main__, a second copy of the module:
+    # the commands raise arm_act.cli.main.CommandError, which is the imported module's class.
+    from arm_act.cli.main import main as imported_main
+
+    sys.exit(imported_main())
