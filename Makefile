@@ -1,6 +1,7 @@
 # Two commands for a newcomer: `make run` (the demo) and `make test`.
 # Both create .venv on first use and install the pinned requirements; `make venv` does only that.
-# `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test.
+# `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test,
+# listing the 15 slowest.
 # `make test-fast` lints and runs only the tests marked `unit` (no rclpy/DDS, no long commands;
 # tests/conftest.py makes every test carry one of the markers unit, ros, e2e): a quick check
 # while editing, not a replacement for `make test`.
@@ -27,7 +28,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: lint
-	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q --durations=15 tests
 
 test-fast: lint
 	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m unit tests
