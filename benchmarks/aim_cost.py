@@ -21,11 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_act.common.aim import panda_aim
+from arm_act.assist.panda import panda_aim
+from arm_act.assist.regrasp import CLOSE, LOOK, RegraspReflex
 from arm_act.common.paths import default_checkpoint
 from arm_act.policy import onnx_backend as ob
 from arm_act.policy.checkpoint import load_checkpoint
-from arm_act.policy.regrasp import CLOSE, LOOK, RegraspReflex
 from arm_act.sim.robot import HOME
 
 torch.set_num_threads(1)

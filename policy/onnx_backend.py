@@ -42,7 +42,7 @@ DEFAULT_TOLERANCE = 1e-4
 class _Outputs(nn.Module):
     """ACTPolicy.forward returns a PolicyOutput dataclass; the exporter needs plain tensors:
     the actions (B, K, A), and the target head's estimate (B, 3) when the model has one (the
-    aim correction, arm_act.policy.aim, runs on it)."""
+    aim correction, arm_act.assist.aim, runs on it)."""
 
     def __init__(self, model: ACTPolicy, with_target: bool):
         super().__init__()

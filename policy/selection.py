@@ -4,7 +4,7 @@
     images, joints -> network (PolicyRuntime.predict_chunk; colour balance first with the assist)
                    -> latency gate (arm_act.policy.latency_gate: when a chunk may act)
                    -> chunk executor (the runtime's temporal ensembling or queue)
-                   -> grasp assist (arm_act.policy.aim, optional: aim, grasp check, re-grasp)
+                   -> grasp assist (optional, arm_act.assist: aim, grasp check, re-grasp)
                    -> command limiter (joint limits and speed) -> arm (7,) rad, gripper m
 
 policy_node (lockstep and realtime), in-process evaluation (arm_act.eval.in_process.PolicyAgent)
@@ -12,7 +12,7 @@ and takeover collection (TakeoverAgent, `arm-act collect --policy`) all turn chu
 commands here, so each stage exists once:
 
     selector = ActionSelector(runtime, latency_ticks=1, limiter=CommandLimiter(3.0, 50.0),
-                              aim=panda_aim(50.0))   # arm_act.common.aim; None: no assist
+                              aim=panda_aim(50.0))   # arm_act.assist.panda; None: no assist
     selector.reset(joint_position)                       # (S,) = (9,) at the episode's first tick
     arm, gripper = selector.select_action(tick, joint_position, instruction, images)  # every tick
 
@@ -33,19 +33,35 @@ Not thread-safe: policy_node calls it with its lock held.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
-from arm_act.policy.aim import AimCorrector
 from arm_act.policy.latency_gate import LatencyGate
 from arm_act.policy.runtime import ARM_JOINTS, GRIPPER_RANGE, ChunkPrediction, CommandLimiter
+
+
+class GraspAssist(Protocol):
+    """What ActionSelector asks of the optional grasp assist (arm_act.assist.aim.AimCorrector
+    is the one there is): the network's own modules never import the hand-written ones."""
+
+    retrying: bool  # its reflex drives the arm, the chunks wait
+
+    def reset(self) -> None: ...
+    def missed(self, gripper: float, fingers: float) -> bool: ...
+    def start_retry(self, arm: np.ndarray) -> None: ...
+    def retry_step(self, targets: list, measured: np.ndarray | None) -> tuple[np.ndarray, float, bool]: ...
+    def observe(self, target: np.ndarray | None) -> None: ...
+    def correct(self, arm: np.ndarray, gripper: float) -> np.ndarray: ...
+    def diagnostics(self) -> dict: ...
 
 
 class ActionSelector:
     """Chunks in, one command per control tick out; see the module docstring."""
 
-    def __init__(self, runtime, latency_ticks: int, limiter: CommandLimiter, aim: AimCorrector | None = None):
+    def __init__(self, runtime, latency_ticks: int, limiter: CommandLimiter, aim: GraspAssist | None = None):
         """runtime: a PolicyRuntime (predict_chunk, and its chunk executor: reset, add_chunk, action).
-        aim: the grasp assist between the executor and the limiter (arm_act.policy.aim), or None."""
+        aim: the grasp assist between the executor and the limiter (arm_act.assist), or None."""
         self.gate = LatencyGate(latency_ticks)
         self.runtime = runtime
         self.aim = aim

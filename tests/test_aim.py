@@ -1,4 +1,4 @@
-"""The aim correction (policy/aim.py) and the URDF kinematics under it (policy/kinematics.py):
+"""The aim correction (arm_act/assist/aim.py) and the URDF kinematics under it (arm_act/assist/kinematics.py):
 the kinematics against PyBullet's, the corrector's states and bounds, generated inputs,
 the way the target estimate travels through the ActionSelector, and, in closed loop with the
 shipped checkpoint, an episode whose grasp misses without the correction and succeeds
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arm_act.common.aim import panda_aim
-from arm_act.policy.aim import AimCorrector, AimSettings
-from arm_act.policy.kinematics import ChainKinematics
+from arm_act.assist.aim import AimCorrector, AimSettings
+from arm_act.assist.kinematics import ChainKinematics
+from arm_act.assist.panda import panda_aim
 from arm_act.policy.runtime import ARM_LOWER, ARM_UPPER, CommandLimiter
 from arm_act.policy.selection import ActionSelector
 from arm_act.sim.backend import Backend, panda_urdf_path

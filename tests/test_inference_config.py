@@ -52,9 +52,9 @@ def test_construction_and_check_agree(speed, regrasps):
 
 
 def test_the_eval_flags_and_the_other_settings_take_their_defaults_from_it():
+    from arm_act.assist.aim import AimSettings
     from arm_act.cli.eval import EVAL_SETTINGS, add_policy_arguments, settings_for
     from arm_act.eval.in_process import PolicySettings
-    from arm_act.policy.aim import AimSettings
     from arm_act.policy.inference_config import BEHAVIOUR
 
     parser = argparse.ArgumentParser()

@@ -5,7 +5,7 @@ functions count as much as those at the top of a file.
 Ranks, lowest first; a module may import its own subpackage and anything of a lower rank:
 
     sim, policy               the ROS-free cores: nothing else of arm_act, not each other
-    common                    ROS-free helpers
+    common, assist            ROS-free helpers; the hand-written grasp assist (opt-in)
     ros                       message conversions, QoS, node entry
     bags, nodes               rosbag2 files; the ROS nodes (bags never import nodes)
     data, eval, bench, view   datasets and collection, evaluation, benchmarks, viewers
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "arm_act"
 RANKS = {
     "sim": 0, "policy": 0,
-    "common": 1,
+    "common": 1, "assist": 1,
     "ros": 2,
     "bags": 3, "nodes": 3,
     "data": 4, "eval": 4, "bench": 4, "view": 4, "gym": 4,

@@ -1,4 +1,4 @@
-"""The re-grasp reflex (policy/regrasp.py): its phases against the URDF kinematics, its bounds
+"""The re-grasp reflex (arm_act/assist/regrasp.py): its phases against the URDF kinematics, its bounds
 under generated inputs, how the ActionSelector hands a missed grasp to it and back to the
 chunks, and, in closed loop with the shipped checkpoint, a pushed block that the chunks'
 own retries never grasp and the reflex does."""
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arm_act.common.aim import panda_kinematics
-from arm_act.policy.aim import AimCorrector, AimSettings
-from arm_act.policy.regrasp import CLOSE, DESCEND, LOOK, OVER, RISE, RegraspReflex, RegraspSettings, rotation_error
+from arm_act.assist.aim import AimCorrector, AimSettings
+from arm_act.assist.panda import panda_kinematics
+from arm_act.assist.regrasp import CLOSE, DESCEND, LOOK, OVER, RISE, RegraspReflex, RegraspSettings, rotation_error
 from arm_act.policy.runtime import CommandLimiter
 from arm_act.policy.selection import ActionSelector
 from arm_act.sim.robot import HOME

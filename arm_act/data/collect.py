@@ -46,11 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
+from arm_act.assist.aim import MISS_OPENING  # m per finger: closed this far, the fingers hold nothing
 from arm_act.bags import is_complete
 from arm_act.bags.episode import EpisodeBagRecorder, bag_name
 from arm_act.common.episodes import EpisodeSpec, episode_spec
 from arm_act.common.worker_pool import run_in_processes
-from arm_act.policy.aim import MISS_OPENING  # m per finger: closed this far, the fingers hold nothing
 
 logger = logging.getLogger(__name__)
 

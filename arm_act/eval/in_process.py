@@ -41,10 +41,10 @@ class PolicyAgent:
         """project(camera, points (N, 3)) -> pixels (N, 2): draws the target head's guess of
         the named block on the video (optional). assist: the hand-written grasp assist around
         the network (policy_node's `assist`): steer the grasp onto the target head's estimate
-        (arm_act.policy.aim) and reopen at most `regrasps` grasps an episode that closed on
-        nothing, each retried by `retry` ("reflex", arm_act.policy.regrasp, or "policy": the
+        (arm_act.assist.aim) and reopen at most `regrasps` grasps an episode that closed on
+        nothing, each retried by `retry` ("reflex", arm_act.assist.regrasp, or "policy": the
         chunks). The runtime's colour balance is the assist's other half (PolicySettings)."""
-        from arm_act.common.aim import panda_aim
+        from arm_act.assist.panda import panda_aim
         from arm_act.policy.runtime import CommandLimiter
         from arm_act.policy.selection import ActionSelector
 

@@ -27,8 +27,8 @@ configure (set them while unconfigured). assist (default false: the network alon
 hand-written layers around the network: colour balance of the images (arm_act/policy/colour.py),
 the aim correction that steers the grasp onto the target head's estimate of the named block,
 and a grasp check that reopens up to `regrasps` (default 3) grasps an episode that closed on
-nothing (arm_act/policy/aim.py), each retried by the re-grasp reflex (regrasp_retry "reflex",
-arm_act/policy/regrasp.py) or by the chunks ("policy"). device: cpu
+nothing (arm_act/assist/aim.py), each retried by the re-grasp reflex (regrasp_retry "reflex",
+arm_act/assist/regrasp.py) or by the chunks ("policy"). device: cpu
 (default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
 there fails the configure transition with the reason.
 
@@ -54,8 +54,8 @@ from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from arm_act.assist.panda import panda_aim
 from arm_act.common import realtime
-from arm_act.common.aim import panda_aim
 from arm_act.common.paths import default_checkpoint
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections

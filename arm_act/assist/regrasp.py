@@ -1,7 +1,7 @@
 """The re-grasp reflex: after a grasp that closed on nothing, a short scripted retry aimed at
 the block that the policy's own target head sees.
 
-The grasp check (arm_act.policy.aim) finds a missed grasp from the fingers. Left to the
+The grasp check (arm_act.assist.aim) finds a missed grasp from the fingers. Left to the
 chunks, the retry fails more often than not (docs/training.md, "Re-grasping"): the policy,
 reopened beside a block it has just missed, closes again at once, where it stands, and its
 target head, while the hand is low and closing, reports the block where the hand is. So
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arm_act.policy.kinematics import ChainKinematics
+from arm_act.assist.kinematics import ChainKinematics
 
 RISE, LOOK, OVER, DESCEND, CLOSE = "rise", "look", "over", "descend", "close"
 MAX_HEIGHT = 0.30  # m: the rise goes no higher than this (unless the hand is already higher)

@@ -47,9 +47,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arm_act.assist.kinematics import ChainKinematics
+from arm_act.assist.regrasp import RegraspReflex, RegraspSettings
 from arm_act.policy.inference_config import RETRIES, InferenceConfig
-from arm_act.policy.kinematics import ChainKinematics
-from arm_act.policy.regrasp import RegraspReflex, RegraspSettings
 
 _DEFAULTS = InferenceConfig.defaults()  # the re-grasp count and retry have their one default there
 
@@ -77,7 +77,7 @@ class AimSettings:
     closed_below: float = 0.01
     regrasps: int = _DEFAULTS["regrasps"]
     retry: str = _DEFAULTS["retry"]
-    """How a reopened grasp is retried: "reflex" (arm_act.policy.regrasp: up, over the
+    """How a reopened grasp is retried: "reflex" (arm_act.assist.regrasp: up, over the
     estimate, down, close; then the chunks again) or "policy" (the chunks, aim-corrected)."""
     reflex: RegraspSettings = RegraspSettings()
 

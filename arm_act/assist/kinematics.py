@@ -1,7 +1,7 @@
 """Forward kinematics of a serial URDF chain in numpy: a link's position and its position
 Jacobian from the arm's joint angles, with no physics engine.
 
-policy_node's aim correction (`arm_act.policy.aim`) needs where a joint command puts the
+policy_node's aim correction (`arm_act.assist.aim`) needs where a joint command puts the
 grasp point and how the joints move it. The chain is read from the robot's URDF (for the
 Panda, the file the simulator loads), so the model is the robot's own:
 

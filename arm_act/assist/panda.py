@@ -1,11 +1,11 @@
-"""The aim correction (arm_act.policy.aim) for the simulated Panda, built from the URDF that
+"""The aim correction (arm_act.assist.aim) for the simulated Panda, built from the URDF that
 the simulator loads; used by policy_node, in-process evaluation and takeover collection."""
 from __future__ import annotations
 
 import functools
 
-from arm_act.policy.aim import AimCorrector, AimSettings
-from arm_act.policy.kinematics import ChainKinematics
+from arm_act.assist.aim import AimCorrector, AimSettings
+from arm_act.assist.kinematics import ChainKinematics
 from arm_act.sim.backend import panda_urdf_path
 
 
@@ -19,5 +19,5 @@ def panda_aim(control_rate: float, regrasps: int = AimSettings.regrasps, retry: 
               ) -> AimCorrector:
     """A fresh corrector for one ActionSelector (one per episode in process), at `control_rate`
     Hz, reopening at most `regrasps` grasps an episode that closed on nothing (0: no grasp check),
-    each retried by `retry` ("reflex": arm_act.policy.regrasp; "policy": the chunks)."""
+    each retried by `retry` ("reflex": arm_act.assist.regrasp; "policy": the chunks)."""
     return AimCorrector(panda_kinematics(), control_rate, AimSettings(regrasps=regrasps, retry=retry))
