@@ -18,7 +18,9 @@ the frame of each row at from_timestamp + timestamp.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -242,22 +244,40 @@ class VideoWriter:
     def write(self, frames: np.ndarray) -> None:
         import av
 
-        for image in frames:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
-            frame.pts, frame.time_base = self.frames, Fraction(1, self.fps)
-            self.frames += 1
-            for packet in self._stream.encode(frame):
-                self._container.mux(packet)
+        with keep_thread_scheduling():
+            for image in frames:
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+                frame.pts, frame.time_base = self.frames, Fraction(1, self.fps)
+                self.frames += 1
+                for packet in self._stream.encode(frame):
+                    self._container.mux(packet)
 
     def close(self) -> None:
         if self._container is None:
             return
         try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
+            with keep_thread_scheduling():
+                for packet in self._stream.encode():
+                    self._container.mux(packet)
         finally:
             self._container.close()
             self._container = None
+
+
+@contextlib.contextmanager
+def keep_thread_scheduling():
+    """Give the calling thread back its scheduling policy and priority afterwards. The AV1
+    encoder (libsvtav1), run with the privilege to do so (root), puts the thread that starts
+    it on SCHED_FIFO at priority 99, where a busy Python thread can starve the whole machine."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
 
 
 def read_video_frames(path: Path, from_timestamp: float, fps: int, rows: np.ndarray, shape: tuple[int, int]
