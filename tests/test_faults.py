@@ -64,9 +64,9 @@ def test_policy_node_follows_a_restarted_sim_node(ros_context, tiny_checkpoint):
             # a machine that may be loaded), from chunks inferred on the new sim's camera pairs
             # (10 Hz), not a hold.
             assert wait_for(lambda: second.state == "running", timeout=5), second.waiting
-            chunks = policy.chunk_count
+            chunks = policy.stats.chunks
             assert wait_for(lambda: sum(t > time.monotonic() - 1.0 for t in commands) >= 25
-                            and policy.chunk_count - chunks >= 5, timeout=max(0.1, restarted + 5.0 - time.monotonic()))
+                            and policy.stats.chunks - chunks >= 5, timeout=max(0.1, restarted + 5.0 - time.monotonic()))
             assert rate_over(2.0) >= 25.0
             executor.remove_node(second)
             second.destroy_node()
@@ -232,8 +232,8 @@ def test_a_checkpoint_replaced_under_a_running_node(ros_context, tiny_checkpoint
         with spinning(executor):
             assert wait_for(lambda: len(commands) > 50, timeout=60)
             weights.write_bytes(good[: len(good) // 2] + b"\0" * 64)  # replaced mid-copy
-            chunks = policy.chunk_count
-            assert wait_for(lambda: policy.chunk_count > chunks + 5, timeout=20)  # still inferring
+            chunks = policy.stats.chunks
+            assert wait_for(lambda: policy.stats.chunks > chunks + 5, timeout=20)  # still inferring
             assert operator.transition(Transition.TRANSITION_DEACTIVATE) is True
             assert operator.transition(Transition.TRANSITION_CLEANUP) is True
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is False
@@ -241,8 +241,8 @@ def test_a_checkpoint_replaced_under_a_running_node(ros_context, tiny_checkpoint
             weights.write_bytes(good)
             assert operator.transition(Transition.TRANSITION_CONFIGURE) is True
             assert operator.transition(Transition.TRANSITION_ACTIVATE) is True
-            chunks = policy.chunk_count
-            assert wait_for(lambda: policy.chunk_count > chunks + 5, timeout=20)
+            chunks = policy.stats.chunks
+            assert wait_for(lambda: policy.stats.chunks > chunks + 5, timeout=20)
     finally:
         for node in (sim, policy, operator.node):
             node.destroy_node()

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 NODE_SOURCES = {
     "sim_node": ["arm_act/nodes/sim_node.py"],
-    "policy_node": ["arm_act/nodes/policy_node.py", "arm_act/nodes/controller.py"],
+    "policy_node": ["arm_act/nodes/policy_node.py", "arm_act/nodes/policy_parameters.py",
+                    "arm_act/nodes/controller.py"],
     "expert_node": ["arm_act/nodes/expert_node.py", "arm_act/nodes/controller.py"],
     "bag_recorder": ["arm_act/nodes/bag_recorder.py"],
 }

@@ -192,7 +192,7 @@ def test_deactivate_during_an_episode_holds_the_arm_and_cleanup_releases_the_mod
             assert wait_for(lambda: any(t > reactivated and np.abs(c - held).max() > 1e-6 for t, c in commands),
                             timeout=30)
             assert operator.transition(Transition.TRANSITION_DEACTIVATE) is True
-            worker = policy._worker
+            worker = policy.worker.thread
             assert operator.transition(Transition.TRANSITION_CLEANUP) is True
             assert operator.state() == "unconfigured"
             assert policy.runtime is None and policy.selector is None and not worker.is_alive()

@@ -188,11 +188,11 @@ def test_stale_cameras_hold_and_bad_inputs_never_command(ros_context, tiny_check
             assert policy.state == "stale"
             assert all(np.all(np.isfinite(a)) for a in feed.arm)
             # Fresh data again: it resumes, inferring on the new camera pairs and commanding.
-            chunks, resumed_from = policy.chunk_count, len(feed.arm)
+            chunks, resumed_from = policy.stats.chunks, len(feed.arm)
             feed.image_encoding = "rgb8"
             _run_feed(executor, feed, 1.0)
             assert policy.state == "ok"
-            assert policy.chunk_count > chunks and len(feed.arm) > resumed_from + 20
+            assert policy.stats.chunks > chunks and len(feed.arm) > resumed_from + 20
     finally:
         policy.destroy_node()
         feed.destroy_node()
