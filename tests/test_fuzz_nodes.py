@@ -179,8 +179,8 @@ def _fuzz_sim_input(node, name, callback, strategy, size):
     def run(msg):
         callback(msg)
         calls[0] += 1
-        with node._lock:
-            target = node._arm_target if size == 7 else node._gripper_target
+        with node.commands.lock:
+            target = node.commands.arm if size == 7 else node.commands.gripper
         # Whatever it holds is a valid target: the right length, finite.
         assert target is None or np.all(np.isfinite(np.atleast_1d(target)))
         assert target is None or np.atleast_1d(target).shape == (size,)

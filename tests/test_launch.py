@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 NODE_SOURCES = {
-    "sim_node": ["arm_act/nodes/sim_node.py"],
+    "sim_node": ["arm_act/nodes/sim_node.py", "arm_act/nodes/sim_parameters.py"],
     "policy_node": ["arm_act/nodes/policy_node.py", "arm_act/nodes/policy_parameters.py",
                     "arm_act/nodes/controller.py"],
     "expert_node": ["arm_act/nodes/expert_node.py", "arm_act/nodes/controller.py"],

@@ -1,6 +1,6 @@
 """sim_node in realtime renders a camera tick ahead of its time: the joint-state step before a
 camera tick runs its physics step and the render as soon as the controllers' commands for
-the tick before are in (SimNode._runs_ahead), and that step's joint state still goes out
+the tick before are in (SimLoop.runs_ahead), and that step's joint state still goes out
 at its own time, exactly once and in order."""
 import time
 
@@ -26,9 +26,9 @@ def _sim(ros_context, **params):
 def test_the_step_before_each_camera_tick_runs_ahead(ros_context, camera_rate, ahead):
     sim = _sim(ros_context, camera_rate=camera_rate)
     try:
-        assert [s for s in range(30) if sim._runs_ahead(s)][:len(ahead)] == ahead
-        sim.mode = "lockstep"  # lockstep has no steps between control ticks to run ahead in
-        assert not any(sim._runs_ahead(s) for s in range(30))
+        assert [s for s in range(30) if sim.loop.runs_ahead(s)][:len(ahead)] == ahead
+        sim.loop.mode = "lockstep"  # lockstep has no steps between control ticks to run ahead in
+        assert not any(sim.loop.runs_ahead(s) for s in range(30))
     finally:
         sim.destroy_node()
 

@@ -2,8 +2,8 @@
 (LoopTiming), and how a controller answers the ticks it publishes (AnswerTiming, below).
 
 The loop alternates work (physics steps, renders of both cameras, publications) with waits
-until the wall clock reaches the next publication time (SimNode._pace). A publication reached
-after its time is *late*; LoopTiming says by how much and why:
+until the wall clock reaches the next publication time (sim_pacing.WallClockPacer.pace). A
+publication reached after its time is *late*; LoopTiming says by how much and why:
 
 - the work since the loop last woke up (wall ms), and inside it the physics steps and renders
   in wall and thread-CPU ms: wall far above CPU means the thread was not running (another
@@ -111,7 +111,7 @@ class LoopTiming:
             self.worst.append(event)
 
     def overrun(self, late_ms: float) -> None:
-        """The loop skipped late_ms of wall time (SimNode._pace, OVERRUN_PERIODS)."""
+        """The loop skipped late_ms of wall time (WallClockPacer.pace, OVERRUN_PERIODS)."""
         self.overruns += 1
         self.skipped_ms += late_ms
 
