@@ -255,6 +255,56 @@ def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expe
         env.close()
 
 
+def test_push_handover_takes_over_the_drawn_moment_after_the_push_and_the_expert_reaims():
+    from arm_act.data.collect import PushTakeoverAgent
+    from arm_act.sim import ArmEnv, SimConfig
+    from arm_act.sim.perturb import perturbation
+    from arm_act.sim.rollout import ExpertAgent, run_episode
+
+    env = ArmEnv(SimConfig(), perturbation=perturbation("push"))
+
+    def push_time():
+        return (env.perturbation_info() or {}).get("push_time")
+
+    try:
+        # The expert as the "policy" approaches the block, which triggers the push; the other
+        # expert takes over 0.3 s later and picks the block up where it now is.
+        driver, expert = ExpertAgent(), ExpertAgent()
+        agent = PushTakeoverAgent(driver, expert, push_time, delay_s=0.3)
+        times = []
+        result = run_episode(env, agent, seed=5, n_blocks=3, render=False,
+                             on_tick=lambda obs, cmd: times.append(obs.time))
+        pushed = env.perturbation_info()
+        assert pushed["pushed"] and agent.handover_tick is not None
+        first = next(i for i, t in enumerate(times) if t >= pushed["push_time"] + 0.3 - 1e-9)
+        assert agent.handover_tick == first and result.success
+        driver.close()
+        expert.close()
+
+        # Until a push there is no handover: a push time that never comes leaves the policy driving.
+        driver, expert = ExpertAgent(), ExpertAgent()
+        agent = PushTakeoverAgent(driver, expert, lambda: None, delay_s=0.0)
+        result = run_episode(env, agent, seed=5, n_blocks=3, render=False)
+        assert agent.handover_tick is None and result.success
+        driver.close()
+        expert.close()
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="delay_s=-0.1 must be >= 0"):
+        PushTakeoverAgent(None, None, lambda: None, delay_s=-0.1)
+
+
+def test_push_handover_needs_the_push_world(tmp_path, capsys):
+    from arm_act.data.collect import CollectConfig
+
+    with pytest.raises(ValueError, match=re.escape("handover='push' needs world='push' (got world=None)")):
+        CollectConfig(out=tmp_path, policy=SHIPPED, handover="push")
+    assert CollectConfig(out=tmp_path, policy=SHIPPED, handover="push", world="push").handover == "push"
+    assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "push", "--world", "lighting",
+                     "--episodes", "1", "--out", str(tmp_path / "x"), *ARGS]) == 2
+    assert "handover='push' needs world='push' (got world='lighting')" in capsys.readouterr().err
+
+
 class _AimsShort:
     """The expert, seeing the named block `dx` metres off in x: it grasps beside the block."""
 
@@ -366,11 +416,12 @@ def test_word_handover_collection_through_the_command(tmp_path, capsys, word):
     assert (custom["expert_from_s"] == "none") == (record["expert_from_s"] is None)
 
 
-def test_miss_and_grasp_are_the_only_words_handover_takes(tmp_path, capsys):
+def test_miss_grasp_and_push_are_the_only_words_handover_takes(tmp_path, capsys):
     from arm_act.data.collect import CollectConfig
 
-    with pytest.raises(ValueError, match=re.escape("handover='later' must be (lo, hi) seconds, 'miss' or 'grasp'")):
+    with pytest.raises(ValueError, match=re.escape("handover='later' must be (lo, hi) seconds, 'miss', 'grasp' "
+                                                   "or 'push'")):
         CollectConfig(out=tmp_path, policy=SHIPPED, handover="later")
     assert cli.main(["collect", "--policy", str(SHIPPED), "--handover", "later", "--episodes", "1",
                      "--out", str(tmp_path / "x"), *ARGS]) == 2
-    assert "--handover 'later' must be seconds LO-HI, e.g. 1-10, miss or grasp" in capsys.readouterr().err
+    assert "--handover 'later' must be seconds LO-HI, e.g. 1-10, miss, grasp or push" in capsys.readouterr().err

@@ -164,7 +164,9 @@ def test_a_resumed_stage_counts_the_time_of_every_run(tmp_path):
 @pytest.mark.parametrize("change,message", [
     ({"demos": []}, "demos"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),
-    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*miss or grasp"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*miss, grasp or push"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "push"}]},
+     r"rounds\[0\]\.handover='push' needs world: push \(got None\)"),
     ({"evals": [{"name": "a b", "episodes": 1, "seed": 1}]}, "name"),
     ({"train": {"train": {"stepz": 3}}}, "stepz"),
     ({"train": {"train": {"steps": 0}}}, "steps"),
@@ -190,9 +192,9 @@ def test_a_demo_set_can_randomise_the_world():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("word", ["miss", "grasp"])
-def test_a_round_can_hand_over_at_a_missed_grasp_or_at_the_grasp(word):
-    rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": word}]
+@pytest.mark.parametrize("word", ["miss", "grasp", "push"])
+def test_a_round_can_hand_over_at_a_missed_grasp_at_the_grasp_or_after_the_push(word):
+    rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": word, "world": "push"}]
     config = from_dict({**TINY, "rounds": rounds}, ROOT / "config")
     assert config.rounds[0].handover == word
     stage = next(s for s in Pipeline(config, Path("/nonexistent/run")).stages if s.name == "collect_regrasp")

@@ -47,7 +47,8 @@ def configure(parser) -> None:
     group.add_argument("--handover", metavar="LO-HI",
                        help="handover time range, sim seconds (with --policy; default 1-10); miss: the expert "
                             "takes over only when the policy's grasp closes on nothing (re-grasp demonstrations); "
-                            "grasp: as the policy starts to close the gripper (aim corrections)")
+                            "grasp: as the policy starts to close the gripper (aim corrections); push (with --world push): "
+                            "a moment after the push moved the block (re-aim demonstrations)")
     group.add_argument("--latency-ticks", type=int,
                        help="control ticks before a chunk is usable (with --policy; default 1)")
     group.add_argument("--assist", action="store_true",
@@ -59,13 +60,15 @@ def configure(parser) -> None:
 
 
 def _parse_handover(text: str) -> tuple[float, float] | str:
-    if text in ("miss", "grasp"):
+    from arm_act.data.collect import HANDOVER_WORDS
+
+    if text in HANDOVER_WORDS:
         return text
     try:
         lo, _, hi = text.partition("-")
         return float(lo), float(hi or lo)
     except ValueError:
-        raise CommandError(f"--handover {text!r} must be seconds LO-HI, e.g. 1-10, miss or grasp") from None
+        raise CommandError(f"--handover {text!r} must be seconds LO-HI, e.g. 1-10, miss, grasp or push") from None
 
 
 def run(args) -> int:

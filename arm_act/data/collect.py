@@ -20,6 +20,10 @@ With handover "grasp" it takes over at the tick the policy starts to close the g
 (GraspTakeoverAgent), before the fingers move: from there the expert moves straight to the
 block's grasp pose and grasps (sim.expert NEAR_GRASP_XY), so its part corrects the policy's
 aim at the moment it matters.
+With handover "push" (world push only) it takes over a drawn moment (PUSH_DELAY, from the
+episode's seed) after the push has moved the named block (PushTakeoverAgent): its part
+labels the states just after the block moved, with the gripper near where the block was,
+going to the block where it now is.
 The whole episode is recorded; custom_data expert_from_s marks where the expert's commands
 start ("none" when the episode ended first), and training uses only the frames from there on.
 
@@ -58,6 +62,9 @@ COMPRESSIONS = (None, "zstd")
 DEFAULT_HANDOVER = (1.0, 10.0)  # s
 MISS = "miss"  # CollectConfig.handover: the expert takes over when the policy's grasp closes on nothing
 GRASP = "grasp"  # CollectConfig.handover: the expert takes over as the policy starts to close the gripper
+PUSH = "push"  # CollectConfig.handover: the expert takes over a moment after the push (world push)
+HANDOVER_WORDS = (MISS, GRASP, PUSH)
+PUSH_DELAY = (0.0, 0.4)  # s after the push: the policy has seen the moved block by then at 10 Hz or faster
 DEFAULT_TAKEOVER_LATENCY = 1  # control ticks
 HANDOVER_SEED_OFFSET = 2_000_003  # apart from the scene (seed) and the perturbations (seed + 1_000_003)
 
@@ -84,8 +91,9 @@ class CollectConfig:
     compression: str | None = None
     policy: Path | None = None
     handover: tuple[float, float] | str | None = None
-    """(lo, hi) sim seconds, MISS: hand over when the policy's grasp closes on nothing, or
-    GRASP: as the policy starts to close the gripper."""
+    """(lo, hi) sim seconds, MISS: hand over when the policy's grasp closes on nothing,
+    GRASP: as the policy starts to close the gripper, or PUSH: PUSH_DELAY after the push
+    (with world "push")."""
     latency_ticks: int | None = None
     assist: bool = False
     """Whether the driving policy runs with the hand-written assist (policy_node's `assist`:
@@ -120,8 +128,12 @@ class CollectConfig:
         if self.latency_ticks is None:
             object.__setattr__(self, "latency_ticks", DEFAULT_TAKEOVER_LATENCY)
         if isinstance(self.handover, str):
-            if self.handover not in (MISS, GRASP):
-                raise ValueError(f"handover={self.handover!r} must be (lo, hi) seconds, {MISS!r} or {GRASP!r}")
+            if self.handover not in HANDOVER_WORDS:
+                raise ValueError(f"handover={self.handover!r} must be (lo, hi) seconds, {MISS!r}, {GRASP!r} "
+                                 f"or {PUSH!r}")
+            if self.handover == PUSH and self.world != "push":
+                raise ValueError(f"handover={PUSH!r} needs world='push' (got world={self.world!r}): "
+                                 "nothing else moves the block")
         else:
             lo, hi = map(float, self.handover)
             if not (0 <= lo <= hi < math.inf):
@@ -256,6 +268,23 @@ class GraspTakeoverAgent(_HandoverAgent):
         return cmd.gripper < self._closing_below
 
 
+class PushTakeoverAgent(_HandoverAgent):
+    """The policy drives until `delay_s` (sim seconds) after the push moved the named block
+    (world push), then the scripted expert takes over and goes to the block where it now is.
+    push_time() gives the sim time of the push, None before it (ArmEnv.perturbation_info's
+    push_time); an episode in which the push never happens is the policy's alone."""
+
+    def __init__(self, policy, expert, push_time, delay_s: float):
+        if not delay_s >= 0:
+            raise ValueError(f"delay_s={delay_s} must be >= 0")
+        super().__init__(policy, expert)
+        self._push_time, self.delay_s = push_time, float(delay_s)
+
+    def _hands_over_before(self, obs) -> bool:
+        pushed = self._push_time()
+        return pushed is not None and obs.time >= pushed + self.delay_s - 1e-9
+
+
 class CollectionWorker:
     """One process's env (and takeover policy runtime) that runs and records episodes.
 
@@ -301,6 +330,10 @@ class CollectionWorker:
 
         policy = PolicyAgent(self.runtime, config.latency_ticks, control_rate=self.env.config.control_rate_hz,
                              assist=config.assist)
+        if config.handover == PUSH:
+            delay = handover_time(spec.seed, PUSH_DELAY)
+            metadata.update(policy=str(config.policy), handover=PUSH, push_delay_s=round(delay, 6))
+            return PushTakeoverAgent(policy, expert, self._push_time, delay), metadata
         if config.handover in (MISS, GRASP):
             metadata.update(policy=str(config.policy), handover=config.handover)
             agent = MissTakeoverAgent if config.handover == MISS else GraspTakeoverAgent
@@ -308,6 +341,11 @@ class CollectionWorker:
         handover = handover_time(spec.seed, config.handover)
         metadata.update(policy=str(config.policy), handover_s=round(handover, 6))
         return TakeoverAgent(policy, expert, handover), metadata
+
+    def _push_time(self) -> float | None:
+        """Sim time of this episode's push so far, None before it (or without one)."""
+        drawn = self.env.perturbation_info()
+        return None if drawn is None else drawn.get("push_time")
 
     def collect(self, spec: EpisodeSpec) -> dict:
         """Run and record one episode; returns its record."""

@@ -88,7 +88,7 @@ class TakeoverRound:
     name: str
     episodes: int
     seed: int
-    handover: tuple[float, float] | str  # [lo, hi] sim seconds, "miss" or "grasp" (arm_act.data.collect)
+    handover: tuple[float, float] | str  # [lo, hi] sim seconds, "miss", "grasp" or "push" (arm_act.data.collect)
     train: dict
     latency_ticks: int = 1
     world: str | None = None  # the world the round's episodes run in (as DemoSet.world)
@@ -210,19 +210,23 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
         train.update(base.get("train", {}))
     policy.update(_only("train.policy", train_raw.get("policy", {}) or {}, set(policy) | _fields("policy")))
     train.update(_only("train.train", train_raw.get("train", {}) or {}, _fields("train")))
+    from arm_act.data.collect import HANDOVER_WORDS
+
     rounds = []
     for i, r in enumerate(top.get("rounds", []) or []):
         r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks", "world"})
         handover = r.get("handover")
-        if handover in ("miss", "grasp"):  # when the policy's grasp closes on nothing / starts to close
+        if handover in HANDOVER_WORDS:  # the grasp closed on nothing / starts to close / after the push
             pass
         elif (not isinstance(handover, (list, tuple)) or len(handover) != 2
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in handover)
                 or not 0 <= handover[0] <= handover[1] < math.inf):
             raise PipelineConfigError(f"rounds[{i}].handover={handover!r} must be [lo, hi] seconds, "
-                                      "0 <= lo <= hi, miss or grasp")
+                                      "0 <= lo <= hi, miss, grasp or push")
         else:
             handover = (float(handover[0]), float(handover[1]))
+        if handover == "push" and r.get("world") != "push":
+            raise PipelineConfigError(f"rounds[{i}].handover='push' needs world: push (got {r.get('world')!r})")
         overrides = _only(f"rounds[{i}].train", r.get("train", {}) or {}, _fields("train"))
         rounds.append(TakeoverRound(_name(f"rounds[{i}]", r.get("name")),
                                     _int(f"rounds[{i}].episodes", r.get("episodes"), 1),
