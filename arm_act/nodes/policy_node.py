@@ -6,28 +6,17 @@ executor (temporal ensembling or queue) at the control rate on sim time. The con
 (driven by /clock, see ControllerNode) never waits for inference: it only reads the chunks
 the worker has finished (docs/architecture.md, "Threading").
 
-Lifecycle (rclpy.lifecycle; `ros2 lifecycle set /policy_node <transition>` or the
-lifecycle_msgs services under policy_node/):
-  unconfigured --configure--> inactive: loads the checkpoint and checks it against the node's
-      cameras; a bad checkpoint fails the transition with the reason in the log and in
-      policy/diagnostics (`last_error`), and the node stays alive, unconfigured.
-  inactive --activate--> active: commands from the next control tick on, starting from the
-      measured pose (the chunk executor starts empty).
-  active --deactivate--> inactive: the arm holds where it is (every control tick commands
-      the pose measured at the deactivation).
-  inactive --cleanup--> unconfigured: the model, its worker thread and its chunks are released.
-With `autostart` (default true) the node configures and activates itself, so `ros2 run
-arm_act policy_node` just works; launch files drive the transitions themselves with
-autostart:=false.
-
-Parameters (arm_act/nodes/policy_parameters.py): execution, ensemble_m, stale_timeout and
-max_joint_speed change live (`ros2 param set`); the rest are read at configure or at start;
-bad values are refused with the reason.
+Lifecycle (rclpy.lifecycle; `ros2 lifecycle set /policy_node <transition>`; the table of
+transitions is in docs/ros.md): configure loads and checks the checkpoint (a bad one fails
+the transition, the reason in the log and policy/diagnostics' `last_error`); activate
+commands from the measured pose; deactivate holds the arm where it is; cleanup releases the
+model. With `autostart` (default true) the node configures and activates itself, so
+`ros2 run arm_act policy_node` just works; launch files drive the transitions themselves.
 
 Safety: observations older than `stale_timeout` (sim seconds) or a failed inference make the
-node hold the last command and say so in policy/diagnostics; it resumes with fresh data.
-Every command is clamped to the joint limits and a maximum joint speed; a message the node
-cannot use (any input) is rejected with a throttled warning naming it (arm_act.nodes.guard).
+node hold the last command and say so in policy/diagnostics. Every command is clamped to the
+joint limits and a maximum joint speed; a message the node cannot use is rejected with a
+throttled warning naming it (arm_act.nodes.guard). Parameters: policy_parameters.py.
 
 The node keeps the lifecycle, the parameters, the ROS interfaces and what is published; its
 parts live beside it: ObservationSync (the cameras and joint states matched by stamp),
@@ -54,7 +43,7 @@ from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.inference_worker import InferenceWorker, Job
 from arm_act.nodes.observation_sync import ObservationSync
 from arm_act.nodes.policy_stats import DiagnosticsInput, PolicyStats, diagnostic_status
-from arm_act.policy.runtime import PolicyRuntime, make_executor
+from arm_act.policy.runtime import PolicyRuntime
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
 from arm_act.ros.qos import SENSOR_DATA
@@ -104,8 +93,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.publish_attention = bool(p("publish_attention").value)
         self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
-        self.create_service(Trigger, "~/enable", self.enable_callback)
-        self.create_service(Trigger, "~/disable", self.disable_callback)
+        self.create_service(Trigger, "~/enable", lambda _, response: self._set_enabled(True, response))
+        self.create_service(Trigger, "~/disable", lambda _, response: self._set_enabled(False, response))
         # Wall clock: diagnostics also go out (and say what is missing) when no /clock comes.
         self.create_timer(0.5, self.publish_diagnostics, clock=self._steady)
 
@@ -139,9 +128,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:
             self.lifecycle_state = self.state = "inactive"
-            # The measured pose, as ros2_control holds on deactivation. (The last command would be
-            # up to 0.7 rad ahead of a fast-moving arm, measured; the measured pose costs a settle
-            # of the position controller's tracking error under gravity, 0.07-0.25 rad at joint 2.)
+            # The measured pose, as ros2_control holds on deactivation (docs/ros.md, "Lifecycle").
             q = self.joint_positions
             self.hold_pose = None if q is None else (q[:7].copy(), float(q[7]))
             self.last_command = self.hold_pose
@@ -163,9 +150,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.lifecycle_state = self.state = "finalized"
         return TransitionCallbackReturn.SUCCESS
 
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.on_cleanup(state)
-        return TransitionCallbackReturn.SUCCESS
+    on_error = on_cleanup  # an error in a transition: release the model, back to unconfigured
 
     # ------------------------------------------------------------ live parameters
     def _on_set_parameters(self, parameters) -> SetParametersResult:
@@ -175,19 +160,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
             reason = params.refusal(param.name, param.value, self.lifecycle_state)
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
+        values = {p.name: p.value for p in parameters}
         with self.lock:
-            values = {p.name: p.value for p in parameters}
-            execution = values.get("execution", self.get_parameter("execution").value)
-            m = values.get("ensemble_m", self.get_parameter("ensemble_m").value)
-            if self.runtime is not None and ("execution" in values or "ensemble_m" in values):
-                # A fresh chunk executor: the chunks of the old one are dropped, the selector
-                # holds the last command until the next camera pair's chunk.
-                self.runtime.executor = make_executor(execution, self.runtime.config, m, self.control_rate)
-                self.runtime.execution, self.runtime.m = execution, float(m)
-            if "stale_timeout" in values:
-                self.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
-            if "max_joint_speed" in values and self.selector is not None:
-                self.selector.limiter.max_step = values["max_joint_speed"] / self.control_rate
+            params.apply_live(self, values)
         for name in values:
             if name in params.LIVE_PARAMETERS:
                 self.get_logger().info(f"{name} = {values[name]!r} from now on")
@@ -361,14 +336,10 @@ class PolicyNode(ControllerNode, LifecycleNode):
         return missing
 
     # ------------------------------------------------------------ services and diagnostics
-    def enable_callback(self, request, response):
-        self.enabled = True
-        response.success, response.message = True, "enabled"
-        return response
-
-    def disable_callback(self, request, response):
-        self.enabled = False
-        response.success, response.message = True, "disabled: no commands are published"
+    def _set_enabled(self, enabled: bool, response):
+        """~/enable and ~/disable: while disabled, no commands are published."""
+        self.enabled = enabled
+        response.success, response.message = True, "enabled" if enabled else "disabled: no commands are published"
         return response
 
     def publish_diagnostics(self) -> None:

@@ -37,7 +37,7 @@ from arm_act.nodes.scheduling import (
 )
 from arm_act.policy.inference_config import InferenceConfig, describe_range, meta_name
 from arm_act.policy.inference_config import fields as inference_fields
-from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime
+from arm_act.policy.runtime import BACKENDS, CommandLimiter, PolicyRuntime, make_executor
 from arm_act.policy.selection import ActionSelector
 
 # Parameters applied to the running policy by the on-set-parameters callback.
@@ -149,3 +149,19 @@ def load_policy(node, runtime: PolicyRuntime | None, camera_topics) -> tuple[Pol
                                   "graph has no attention output); set it false to use the "
                                   f"{runtime.backend} backend")
     return runtime, selector
+
+
+def apply_live(node, values: dict) -> None:
+    """Apply accepted live values (name -> value) to the node's running policy (lock held). A
+    change of execution or ensemble_m gives a fresh chunk executor: the old one's chunks are
+    dropped and the selector holds the last command until the next camera pair's chunk."""
+    runtime, selector, rate = node.runtime, node.selector, node.control_rate
+    if runtime is not None and ("execution" in values or "ensemble_m" in values):
+        execution = values.get("execution", node.get_parameter("execution").value)
+        m = float(values.get("ensemble_m", node.get_parameter("ensemble_m").value))
+        runtime.executor = make_executor(execution, runtime.config, m, rate)
+        runtime.execution, runtime.m = execution, m
+    if "stale_timeout" in values:
+        node.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
+    if "max_joint_speed" in values and selector is not None:
+        selector.limiter.max_step = values["max_joint_speed"] / rate
