@@ -128,7 +128,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:
             self.lifecycle_state = self.state = "inactive"
-            # The measured pose, as ros2_control holds on deactivation (docs/ros.md, "Lifecycle").
+            # The measured pose, as ros2_control holds on deactivation (docs/ros.md, "policy_node is a managed node").
             q = self.joint_positions
             self.hold_pose = None if q is None else (q[:7].copy(), float(q[7]))
             self.last_command = self.hold_pose
