@@ -207,10 +207,11 @@ def test_default_recipe_is_todays_recipe():
     assert [(d.episodes, d.seed, d.perturb) for d in config.demos] == [(400, 0, 0.0), (200, 400, 0.3)]
     assert config.train == json.loads((ROOT / "config" / "train_default.json").read_text())["train"]
     assert config.train_config().steps == 12000
-    rounds = [(r.episodes, r.seed, r.handover, config.train_config(r.train, "x")) for r in config.rounds]
-    assert [(e, s, h) for e, s, h, _ in rounds] == [(600, 300000, (0.5, 10.0)), (600, 310000, (0.5, 6.0))]
+    rounds = [(r.episodes, r.seed, r.handover, r.world, config.train_config(r.train, "x")) for r in config.rounds]
+    assert [(e, s, h, w) for e, s, h, w, _ in rounds] == [
+        (600, 300000, (0.5, 10.0), None), (600, 310000, (0.5, 6.0), None), (600, 820000, "push", "push")]
     assert [(t.steps, t.lr, t.warmup_steps, t.hold_after_end) for *_, t in rounds] == [
-        (5000, 2.5e-4, 100, True), (3000, 2e-4, 100, True)]
+        (5000, 2.5e-4, 100, True), (3000, 2e-4, 100, True), (3000, 2e-4, 100, True)]
     assert [(e.episodes, e.seed, e.blocks) for e in config.evals] == [(200, 100000, "2-5"), (200, 200000, "6")]
     names = [s.name for s in Pipeline(config, Path("/nonexistent/run")).stages]
     assert names[0] == "collect_demos_plain" and names[-3:] == ["eval_6", "robustness", "report"]
@@ -219,8 +220,8 @@ def test_default_recipe_is_todays_recipe():
 @pytest.mark.unit
 def test_grasp_recipe_is_the_default_recipe_plus_a_grasp_round():
     """config/pipeline_grasp.yaml: its first 7 stages are the default recipe's, parameter for
-    parameter (so its checkpoints/takeover_2 is the default recipe's checkpoint), then one
-    `handover: grasp` round; the evaluations are the same, of its own final checkpoint."""
+    parameter (the recipe before its push round), then one `handover: grasp` round; the
+    evaluations are the same, of its own final checkpoint."""
     default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
     grasp = Pipeline(load(ROOT / "config" / "pipeline_grasp.yaml"), Path("/run")).stages
     assert [(s.name, s.params) for s in grasp[:7]] == [(s.name, s.params) for s in default[:7]]
@@ -228,7 +229,7 @@ def test_grasp_recipe_is_the_default_recipe_plus_a_grasp_round():
     assert (collect.name, collect.params["handover"], collect.params["episodes"]) == ("collect_grasp_3", "grasp", 1000)
     assert collect.params["policy"] == "/run/checkpoints/takeover_2" and train.name == "train_grasp_3"
     assert train.params["data"][-1] == "/run/data/grasp_3" and len(train.params["data"]) == 5
-    assert [s.name for s in grasp[9:]] == [s.name for s in default[7:]]
+    assert [s.name for s in grasp[9:]] == [s.name for s in default[9:]]
     assert all(s.params["policy"] == "/run/checkpoints/grasp_3" for s in grasp[9:12])
 
 
