@@ -1,7 +1,8 @@
 # Two commands for a newcomer: `make run` (the demo) and `make test`.
 # Both create .venv on first use and install the pinned requirements; `make venv` does only that.
-# `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test,
-# listing the 15 slowest.
+# `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test
+# on two workers (pytest-xdist; each test file on one worker), listing the 15 slowest; the
+# tests marked `alone` (real-time deadlines of live nodes) run after that, one at a time.
 # `make test-fast` lints and runs only the tests marked `unit` (no rclpy/DDS, no long commands;
 # tests/conftest.py makes every test carry one of the markers unit, ros, e2e): a quick check
 # while editing, not a replacement for `make test`.
@@ -28,10 +29,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: lint
-	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q --durations=15 tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m "not alone" tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m alone tests
 
 test-fast: lint
-	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m unit tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n 2 --dist loadfile -m unit tests
 
 bench: venv
 	$(VENV)/bin/arm-act bench

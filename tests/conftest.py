@@ -1,5 +1,6 @@
 """Shared fixtures. ROS tests run on a private rclpy.Context in their own DDS domain,
-restricted to localhost, so parallel runs never see each other.
+restricted to localhost, so parallel runs never see each other. Under pytest-xdist (`make
+test` runs two workers) each worker draws its domains from its own share of 100-229.
 
 Test layers: every test carries exactly one of the markers `unit`, `ros` or `e2e`
 (registered in pyproject.toml); the collection fails otherwise, so `make test-fast`
@@ -15,7 +16,12 @@ import time
 import pytest
 
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-_domain_ids = itertools.count(100 + (os.getpid() % 50) * 2)
+FIRST_DOMAIN, DOMAINS = 100, 130  # the tests' contexts use 100-229; 230-232 are fixed ones of single tests
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_span = DOMAINS // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+# Each worker's share, entered at a place that depends on the process, so two test runs at
+# once rarely meet either.
+_domain_ids = (FIRST_DOMAIN + _worker * _span + i % _span for i in itertools.count(os.getpid() % _span))
 
 LAYERS = ("unit", "ros", "e2e")
 
@@ -42,7 +48,7 @@ def ros_context(request):
         pytest.fail(f"{request.node.nodeid} starts rclpy/DDS (ros_context): mark it `ros`, not `unit`")
 
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=next(_domain_ids) % 230)
+    rclpy.init(context=context, domain_id=next(_domain_ids))
     try:
         yield context
     finally:

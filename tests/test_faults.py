@@ -146,6 +146,7 @@ class _Loop:
         self.executor.shutdown()
 
 
+@pytest.mark.alone  # commands at the rate again within a deadline
 @pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
 def test_a_node_killed_with_sigkill_and_started_again_resumes_the_loop(ros_context, tmp_path, victim):
     """sim_node and policy_node as two `ros2 run` processes; one is killed with SIGKILL (an OOM
@@ -179,6 +180,7 @@ def test_a_node_killed_with_sigkill_and_started_again_resumes_the_loop(ros_conte
         loop.close()
 
 
+@pytest.mark.alone  # commands at the rate again within 5 s of SIGCONT
 @pytest.mark.parametrize("victim", ["policy_node", "sim_node"])
 def test_a_node_paused_with_sigstop_for_2_s_and_resumed_loses_nothing_for_good(ros_context, tmp_path, victim):
     """A node stopped for 2 s (SIGSTOP: a debugger, a swapped-out process, a stalled host) and

@@ -34,6 +34,7 @@ def test_the_step_before_each_camera_tick_runs_ahead(ros_context, camera_rate, a
 
 
 @pytest.mark.ros
+@pytest.mark.alone  # renders ahead of the wall clock: needs the CPU it would have without other tests
 def test_camera_ticks_render_before_their_time_and_no_joint_state_is_lost(ros_context):
     sim = _sim(ros_context, camera_rate=10)
     renders = []  # (wall time, sim time of the world rendered)
