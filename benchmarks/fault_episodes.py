@@ -61,7 +61,8 @@ class Loop:
 
     def start(self, label: str) -> None:
         exe = str(Path(sys.executable).parent / label)
-        log = open(self.logs / f"{label}.{len(self.starts.get(label, []))}.log", "w")
+        # Open for the process's life; kill() and close() close it.
+        log = open(self.logs / f"{label}.{len(self.starts.get(label, []))}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen([exe, *(self.params if label == "policy_node" else [])], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[label] = (proc, log)
@@ -96,7 +97,7 @@ class Loop:
         """The final message of the first episode whose "running" came after `moment`."""
         def found():
             started = None
-            for i, (arrival, msg) in enumerate(self.episodes):
+            for arrival, msg in self.episodes:
                 if started is None and arrival > moment and msg["state"] == "running":
                     started = msg["episode"]
                 elif started is not None and msg["episode"] == started and msg["state"] != "running":

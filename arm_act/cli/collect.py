@@ -47,8 +47,8 @@ def configure(parser) -> None:
     group.add_argument("--handover", metavar="LO-HI",
                        help="handover time range, sim seconds (with --policy; default 1-10); miss: the expert "
                             "takes over only when the policy's grasp closes on nothing (re-grasp demonstrations); "
-                            "grasp: as the policy starts to close the gripper (aim corrections); push (with --world push): "
-                            "a moment after the push moved the block (re-aim demonstrations)")
+                            "grasp: as the policy starts to close the gripper (aim corrections); "
+                            "push (with --world push): a moment after the push moved the block (re-aim demonstrations)")
     group.add_argument("--latency-ticks", type=int,
                        help="control ticks before a chunk is usable (with --policy; default 1)")
     group.add_argument("--assist", action="store_true",
