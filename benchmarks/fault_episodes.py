@@ -61,8 +61,7 @@ class Loop:
 
     def start(self, label: str) -> None:
         exe = str(Path(sys.executable).parent / label)
-        # Open for the process's life; kill() and close() close it.
-        log = open(self.logs / f"{label}.{len(self.starts.get(label, []))}.log", "w")  # noqa: SIM115
+        log = open(self.logs / f"{label}.{len(self.starts.get(label, []))}.log", "w")  # noqa: SIM115 - open for the process's life
         proc = subprocess.Popen([exe, *(self.params if label == "policy_node" else [])], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[label] = (proc, log)
