@@ -4,8 +4,8 @@
 # on two workers (pytest-xdist; each test file on one worker), listing the 15 slowest; the
 # tests marked `alone` (real-time deadlines of live nodes) run after that, one at a time.
 # `make test-fast` lints and runs only the tests marked `unit` (no rclpy/DDS, no long commands;
-# tests/conftest.py makes every test carry one of the markers unit, ros, e2e): a quick check
-# while editing, not a replacement for `make test`.
+# tests/conftest.py makes every test carry one of the markers unit, ros, e2e), less those also
+# marked `slow`: a quick check while editing, not a replacement for `make test`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -33,7 +33,7 @@ test: lint
 	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m alone tests
 
 test-fast: lint
-	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n 2 --dist loadfile -m unit tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n 2 --dist loadfile -m "unit and not slow" tests
 
 bench: venv
 	$(VENV)/bin/arm-act bench

@@ -92,6 +92,7 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     assert policy["tokens"] == 81 and policy["chunk_size"] == 10
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_table_output_and_no_ros(tiny_checkpoint, capsys):
     assert cli.main(["bench", "--quick", "--no-ros", "--backend", "torch",

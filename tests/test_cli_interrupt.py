@@ -76,6 +76,7 @@ def test_sigterm_is_143_terminated_and_the_handler_is_restored(monkeypatch, caps
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+@pytest.mark.slow
 def test_a_collection_stopped_by_sigterm_keeps_its_bags_and_resumes_to_the_end(tmp_path):
     from arm_act.bags import find_bags, is_complete
 

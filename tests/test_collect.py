@@ -24,6 +24,7 @@ def collected(tmp_path_factory):
     return out, cli.main(["collect", "--episodes", "2", "--workers", "2", "--out", str(out), *ARGS])
 
 
+@pytest.mark.slow
 def test_collect_writes_one_complete_bag_per_episode(collected, capsys):
     out, code = collected
     assert code == 0
@@ -51,6 +52,7 @@ def test_collect_writes_one_complete_bag_per_episode(collected, capsys):
     assert episode[-1]["seed"] == 3 and episode[-1]["time"] == pytest.approx(ticks / 50)
 
 
+@pytest.mark.slow
 def test_collect_is_reproducible_across_worker_counts(collected, tmp_path, capsys):
     out, _ = collected
     again = tmp_path / "again"
@@ -61,6 +63,7 @@ def test_collect_is_reproducible_across_worker_counts(collected, tmp_path, capsy
         assert (again / "episode_3" / name).read_bytes() == (out / "episode_3" / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_world_perturbed_collection_records_what_it_drew(collected, tmp_path, capsys):
     """--world lighting: the same seed's layout and expert, under a light drawn from the seed;
     the bag says which perturbation and what it drew, and its images differ from the plain run's."""
@@ -118,6 +121,7 @@ def test_an_episode_that_raises_leaves_an_incomplete_bag(tmp_path):
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
 
 
+@pytest.mark.slow
 def test_takeover_collection_records_policy_then_expert(tmp_path, capsys):
     """The shipped policy drives until the seeded handover time, then the expert finishes;
     the bag says where the expert's commands start and training reads only that part."""
@@ -214,6 +218,7 @@ class _ClosesInMidAir:
         return Command(self.arm, 0.0 if closed else 0.04)
 
 
+@pytest.mark.slow
 def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expert_regrasps():
     from arm_act.data.collect import MISS_OPENING, MissTakeoverAgent
     from arm_act.sim import ArmEnv, SimConfig
@@ -255,6 +260,7 @@ def test_miss_handover_hands_over_when_the_fingers_close_on_nothing_and_the_expe
         env.close()
 
 
+@pytest.mark.slow
 def test_push_handover_takes_over_the_drawn_moment_after_the_push_and_the_expert_reaims():
     from arm_act.data.collect import PushTakeoverAgent
     from arm_act.sim import ArmEnv, SimConfig
@@ -330,6 +336,7 @@ class _AimsShort:
         self.inner.close()
 
 
+@pytest.mark.slow
 def test_grasp_handover_takes_over_as_the_policy_starts_to_close_and_the_expert_corrects_the_aim():
     from arm_act.data.collect import GraspTakeoverAgent
     from arm_act.eval.in_process import GraspTracker
@@ -400,6 +407,7 @@ class _DropsAfterLift:
         self.expert.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("word", ["miss", "grasp"])
 def test_word_handover_collection_through_the_command(tmp_path, capsys, word):
     """`--handover miss|grasp` records which episodes the expert finished and where it started."""

@@ -79,6 +79,7 @@ def test_unknown_target_is_nan_not_an_error(tmp_path, case):
     assert ep.frame_target.shape == (ep.n_frames, 3) and np.isnan(ep.frame_target).all()
 
 
+@pytest.mark.slow
 def test_chunk_samples_are_the_next_k_commands_padded_with_the_last(tmp_path):
     ep = extract_episode(write_demo_bag(tmp_path / "ep", ticks=30))
     config = PolicyConfig(**TINY)
@@ -119,6 +120,7 @@ def test_success_falls_back_to_the_final_episode_state(tmp_path):
     assert not ep.success
 
 
+@pytest.mark.slow
 def test_takeover_bags_keep_only_the_frames_the_expert_commanded(tmp_path):
     full = extract_episode(write_demo_bag(tmp_path / "full", ticks=30))
     ep = extract_episode(write_demo_bag(tmp_path / "tk", ticks=30, metadata={"expert_from_s": "0.3"}))
@@ -181,6 +183,7 @@ def test_unsupported_or_malformed_images_are_errors(tmp_path):
     assert (ep.images[1, 1] == pixel(5, 1)).all()
 
 
+@pytest.mark.slow
 def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):
     bag = write_demo_bag(tmp_path / "data" / "ep", ticks=12)
     cache = tmp_path / "cache"
@@ -226,6 +229,7 @@ def test_incomplete_bags_are_skipped_and_corrupt_ones_are_errors(tmp_path, caplo
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_processes_split_the_decoding_and_wait_for_each_other(tmp_path, monkeypatch, caplog):
     # Process 1 of 2 decodes bags 1 and 3 (by position), then waits for the partner's share.
     # The incomplete bag in the partner's share is not waited for. When the partner never

@@ -72,6 +72,7 @@ def test_device_names_resolve_and_a_missing_gpu_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_prefetched_batches_resume_bit_identically(tmp_path, monkeypatch):
     # The GPU path's batch stream (a thread preparing batches ahead, randomness seeded per
@@ -241,6 +242,7 @@ def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_
 
 
 # ---------------------------------------------------------------- memory-mapped cache
+@pytest.mark.slow
 @pytest.mark.unit
 def test_training_reads_the_cache_memory_mapped_and_frame_by_frame(tmp_path):
     from arm_act.policy.data import file_source

@@ -48,6 +48,7 @@ class Squares:
         return item * item, self.pid
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_the_pool_runs_every_item_once_in_several_processes():
     got: dict[int, tuple[int, int]] = {}
@@ -59,6 +60,7 @@ def test_the_pool_runs_every_item_once_in_several_processes():
         run_in_processes(Squares, (), "square", [1], 0, lambda i, r: None)
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_the_pool_leaves_the_resource_tracker_nothing_to_clean_up(monkeypatch):
     # A named semaphore (a multiprocessing Queue has three) is registered with the resource
@@ -78,11 +80,13 @@ def test_the_pool_leaves_the_resource_tracker_nothing_to_clean_up(monkeypatch):
     ((None, 4, False), r"^a worker process exited with code 3 before the run was complete$"),
     ((None, None, False, 4), r"^a worker process was killed by SIGKILL before the run was complete$"),
 ])
+@pytest.mark.slow
 def test_a_failure_in_a_worker_stops_the_run_with_one_line(args, message):
     with pytest.raises(WorkerError, match=message):
         run_in_processes(Squares, args, "square", list(range(8)), 2, lambda i, r: None)
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_a_worker_that_dies_just_after_a_large_result_stops_the_run():
     """Results of 4 MB, and a worker that dies on the item after one. The pool used to share
@@ -181,6 +185,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_ctrl_c_stops_the_parent_and_its_workers_without_their_tracebacks():
     import signal

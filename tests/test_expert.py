@@ -52,6 +52,7 @@ def test_run_episode_renders_on_camera_ticks(env):
     assert seen[0] == (0, True)
 
 
+@pytest.mark.slow
 def test_expert_recovers_from_a_lost_grasp(env):
     """Teleport the block out of the closed gripper while lifting: the expert re-plans."""
     agent = ExpertAgent()
@@ -156,6 +157,7 @@ def test_env_grasp_point_is_the_experts_forward_kinematics(env):
         expert.close()
 
 
+@pytest.mark.slow
 def test_perturbed_expert_still_succeeds_and_differs(env):
     cfg = ExpertConfig(perturb_prob=0.5)
     plain, perturbed = [], []
@@ -169,6 +171,7 @@ def test_perturbed_expert_still_succeeds_and_differs(env):
     assert not np.allclose(np.array(plain[:n]), np.array(perturbed[:n]))
 
 
+@pytest.mark.slow
 def test_run_expert_episodes(env):
     seen = []
     results = run_expert_episodes([7, 8], lambda s: 2 + s % 2, progress=seen.append)

@@ -71,6 +71,7 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
     assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt, strict=True))
 
 
+@pytest.mark.slow
 def test_a_split_between_processes_renders_the_same_frames(tmp_path, monkeypatch, caplog):
     # Process 1 of 2 renders layouts 1, 3, 5 into its part file. Its partner never delivers
     # (nothing new for the stall time): it renders the rest itself. Every frame equals the

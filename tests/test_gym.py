@@ -69,6 +69,7 @@ def test_it_runs_as_a_vector_env(vector):
         envs.close()
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_the_scripted_expert_through_the_env_gives_the_evaluations_episodes():
     from arm_act.eval.config import EvalConfig

@@ -200,6 +200,7 @@ def test_every_subpackage_has_a_rank():
     assert subpackages == set(RANKS), "give each subpackage a rank in tests/test_layers.py"
 
 
+@pytest.mark.slow
 def test_the_cores_are_never_imported_by_their_bare_names():
     problems = bare_core_imports([ROOT / PACKAGE, ROOT / "tests", ROOT / "benchmarks"])
     assert not problems, "\n".join(problems)

@@ -45,6 +45,7 @@ def exported(tmp_path_factory):
     return root, report
 
 
+@pytest.mark.slow
 def test_the_report_names_every_skipped_bag(exported):
     root, report = exported
     assert (report.episodes, report.bags_found, report.fps) == (3, 5, 50)

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", ["sim", "policy"])
 def test_core_imports_without_ros(package):
     # A meta-path hook makes any ROS import, and any import of the rest of arm_act (the other
@@ -82,6 +83,7 @@ def test_package_xml_declares_every_ros_package_used():
         assert f"<exec_depend>{name}</exec_depend>" in xml, name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("colcon", path=os.path.dirname(sys.executable)) is None, reason="colcon not installed")
 def test_colcon_build_installs_the_executables(tmp_path):
     colcon = shutil.which("colcon", path=os.path.dirname(sys.executable))

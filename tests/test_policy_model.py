@@ -221,6 +221,7 @@ def test_gradients_match_central_finite_differences_float64():
 
 
 # Training behaviour -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tiny_model_overfits_one_batch():
     cfg = tiny_config(width=32, heads=4, use_cvae=True, kl_weight=0.1)
     model = make_model(cfg).train()
@@ -375,6 +376,7 @@ def test_image_helpers():
         images_to_tensor(rgb.astype(np.float32))
 
 
+@pytest.mark.slow
 def test_policy_imports_without_ros_or_pybullet():
     code = ("import sys, policy, policy.budget, policy.checkpoint; "
             "bad = [m for m in ('rclpy', 'pybullet') if m in sys.modules]; "

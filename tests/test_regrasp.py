@@ -114,6 +114,7 @@ def test_an_unknown_retry_is_refused_and_policy_has_no_reflex():
        noise=st.lists(st.one_of(st.floats(-0.5, 0.5), st.just(float("nan")), st.just(float("inf"))),
                       min_size=30, max_size=30),
        lag=st.booleans())
+@pytest.mark.slow
 def test_the_reflex_ends_with_finite_commands_for_any_estimates(offset, noise, lag):
     """Generated estimates (noisy, NaN, infinite) and a lagging arm: every command is finite,
     the grasp point never moves faster than the reflex's speed, and the reflex ends by its timeout."""

@@ -131,6 +131,7 @@ def test_jerk_is_the_third_difference_over_dt_cubed_on_a_uniform_grid():
     np.testing.assert_allclose(got[6:], expected[9:], rtol=1e-9)  # windows 9-16; window 8 holds the moved command
 
 
+@pytest.mark.slow
 def test_cli_writes_plots_summary_and_json(tmp_path, capsys):
     bags = tmp_path / "bags"
     write_synthetic_bag(bags / "episode_5")

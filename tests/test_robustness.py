@@ -142,6 +142,7 @@ def test_crowded_world_has_seven_or_eight_blocks_and_one_named_colour():
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_push_moves_the_named_block_before_the_grasp_and_the_expert_regrasps():
     env = ArmEnv(perturbation=perturbation("push"))
@@ -158,6 +159,7 @@ def test_push_moves_the_named_block_before_the_grasp_and_the_expert_regrasps():
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_grasp_tracker_counts_a_grasp_that_closed_on_nothing():
     env = ArmEnv()
@@ -225,6 +227,7 @@ def test_policy_sees_one_camera_pair_per_camera_tick(rate):
     assert record["status"] == "timeout" and record["camera_pairs"] == rate  # 1 s of sim time
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_cli_robustness_table_for_the_expert(capsys, tmp_path):
     out = tmp_path / "table.json"

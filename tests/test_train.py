@@ -51,6 +51,7 @@ def assert_same(a, b):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, monkeypatch):
     # CVAE + augmentation + dropout: every source of randomness is exercised.
     cfg = PolicyConfig(**TINY, use_cvae=True)
@@ -215,6 +216,7 @@ TINY_FLAGS = ["image_size=32", "patch_size=16", "width=32", "heads=2", "encoder_
               "threads=1"]
 
 
+@pytest.mark.slow
 def test_arm_act_train_end_to_end(tmp_path, capsys):
     data = tmp_path / "data"
     for i in range(3):

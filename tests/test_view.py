@@ -201,6 +201,7 @@ def expert_bag(tmp_path_factory):
     return out / "episode_3"
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_rrd_of_a_collected_bag_matches_it(expert_bag, tmp_path, capsys):
     rrd = tmp_path / "episode.rrd"
@@ -221,6 +222,7 @@ def test_rrd_of_a_collected_bag_matches_it(expert_bag, tmp_path, capsys):
     assert states[-1] == "success"
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_several_bags_save_one_rrd_each(expert_bag, policy_bag, tmp_path):
     out = tmp_path / "rrds"
@@ -234,6 +236,7 @@ def _run_view(*args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 @pytest.mark.parametrize("kind", ["empty_dir", "empty_mcap", "garbage_mcap", "truncated", "missing"])
 def test_view_refuses_bags_it_cannot_show_in_one_line(kind, tmp_path, policy_bag):
@@ -404,6 +407,7 @@ def test_foxglove_layout_names_live_topics_and_real_fields():
             "/gripper_controller/commands", "/policy/diagnostics", "/episode", "/objects"} <= read
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_web_viewer_listens_on_localhost_only_and_dies_with_its_parent():
     import os
