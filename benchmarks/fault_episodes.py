@@ -168,13 +168,14 @@ def main(argv=None) -> int:
     parser.add_argument("--domain", type=int, default=201)
     parser.add_argument("--seed", type=int, default=0, help="seeds when, in an episode, each kill comes")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--logs", type=Path, help="the nodes' logs (default: OUT's stem + _logs beside it)")
     args = parser.parse_args(argv)
 
     import rclpy
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    logs = args.out.parent / (args.out.stem + "_logs")
-    logs.mkdir(exist_ok=True)
+    logs = args.logs or args.out.parent / (args.out.stem + "_logs")
+    logs.mkdir(parents=True, exist_ok=True)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=args.domain)
     loop = Loop(context, logs, args.checkpoint)
