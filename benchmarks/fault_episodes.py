@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 RATE_WINDOW_S = 1.0
+RESUME_WAIT_S = 60.0  # a restarted node not commanding by then is counted as not resumed
 RATE_MIN = 25  # commands in the last second that count as "commanding at the control rate" (50 Hz)
 
 
@@ -134,11 +135,19 @@ def run_cycle(loop: Loop, victim: str, rng: random.Random) -> dict:
     if victim == "sim_node":
         loop.spin_until(lambda: not loop.commands or loop.commands[-1] < time.monotonic() - 0.5, 10)
     loop.start(victim)
-    resumed = loop.spin_until(lambda: loop.commanding() and loop.commands[-1] > killed + 1.0, 120)
+    resumed = loop.spin_until(lambda: loop.commanding() and loop.commands[-1] > killed + 1.0, RESUME_WAIT_S)
     resumed_at = time.monotonic()
-    outcome = loop.outcome_of_first_episode_after(resumed_at, 120) if resumed else None
+    restarts = 0
+    while not resumed and restarts < 3:  # never came back: what a supervisor (launch's respawn) would do
+        restarts += 1
+        loop.kill(victim)
+        again = time.monotonic()
+        loop.start(victim)
+        resumed = loop.spin_until(lambda t=again: loop.commanding() and loop.commands[-1] > t + 1.0, RESUME_WAIT_S)
+    outcome = loop.outcome_of_first_episode_after(time.monotonic(), 120) if resumed else None
     return {"victim": victim, "killed_into_episode_s": round(into, 2),
-            "resumed_after_s": round(resumed_at - killed, 2) if resumed else None,
+            "resumed_after_s": round(resumed_at - killed, 2) if resumed and not restarts else None,
+            "extra_restarts": restarts, "resumed_in_the_end": bool(resumed),
             "other_kept_its_process": loop.pid(other) == other_pid and loop.procs[other][0].poll() is None,
             "next_episode": None if outcome is None else {k: outcome[k] for k in ("episode", "seed", "state", "time")},
             "kill_at": killed, "resumed_at": resumed_at}
@@ -181,17 +190,25 @@ def main(argv=None) -> int:
     loop = Loop(context, logs, args.checkpoint)
     rng = random.Random(args.seed)
     cycles = []
+    error = None
     try:
         loop.start("sim_node")
         loop.start("policy_node")
         for victim in args.victims.split(","):
             for i in range(args.cycles):
-                cycle = run_cycle(loop, victim, rng)
+                try:
+                    cycle = run_cycle(loop, victim, rng)
+                except RuntimeError as exc:  # the loop is down for good: keep what was measured
+                    error = f"{victim} #{i + 1}: {exc}"
+                    print(error, flush=True)
+                    break
                 cycles.append(cycle)
                 nxt = cycle["next_episode"]
-                print(f"{victim} #{i + 1}: resumed after {cycle['resumed_after_s']} s, next episode "
-                      f"{nxt['state'] if nxt else 'none'}, other kept its process: {cycle['other_kept_its_process']}",
-                      flush=True)
+                print(f"{victim} #{i + 1}: resumed after {cycle['resumed_after_s']} s "
+                      f"(extra restarts {cycle['extra_restarts']}), next episode {nxt['state'] if nxt else 'none'}, "
+                      f"other kept its process: {cycle['other_kept_its_process']}", flush=True)
+            if error:
+                break
     finally:
         loop.close()
         rclpy.shutdown(context=context)
@@ -201,12 +218,16 @@ def main(argv=None) -> int:
         resumed = sorted(c["resumed_after_s"] for c in mine if c["resumed_after_s"] is not None)
         summary[victim] = {
             "cycles": len(mine), "resumed": len(resumed),
+            "resumed_only_after_another_restart": sum(c["extra_restarts"] > 0 and c["resumed_in_the_end"]
+                                                      for c in mine),
+            "never_resumed": sum(not c["resumed_in_the_end"] for c in mine),
             "resumed_after_s_median": resumed[len(resumed) // 2] if resumed else None,
             "resumed_after_s_max": resumed[-1] if resumed else None,
             "next_episode_successes": sum(bool(c["next_episode"]) and c["next_episode"]["state"] == "success"
                                           for c in mine),
             "other_kept_its_process": all(c["other_kept_its_process"] for c in mine)}
-    result = {"checkpoint": args.checkpoint or "checkpoints/default", "seed": args.seed, "summary": summary,
+    result = {"checkpoint": args.checkpoint or "checkpoints/default", "seed": args.seed, "error": error,
+              "summary": summary,
               "baseline": baseline(loop, cycles),
               "cycles": [{k: v for k, v in c.items() if k not in ("kill_at", "resumed_at")} for c in cycles]}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
