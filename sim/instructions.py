@@ -258,7 +258,9 @@ def parse_goal(text: object, colours: Iterable[str] | None = None) -> Goal | Ref
             return Refusal(f"the {family} task names two colours (the block and the one it goes "
                            f"{'on' if family == 'stack' else 'beside'}), got {named[0]}")
         markers = _ON | set(_RELATION_WORD)
-        first_marker = next(i for i, w in enumerate(words) if w in markers)
+        first_marker = next((i for i, w in enumerate(words) if w in markers), None)
+        if first_marker is None:  # "stack the red block ... blue": which one goes on which?
+            return Refusal("no 'on' or 'onto' before the block to stack it on")
         after = [w for w in words[first_marker:] if w in COLOURS]
         if not after:
             return Refusal(f"no colour after {words[first_marker]!r} (the block to put it "

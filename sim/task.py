@@ -139,7 +139,7 @@ def draw_goal(task: str, episode_seed: int, colours: list[str], xy: np.ndarray, 
     default_rng([episode_seed, TASK_STREAM]), a stream of their own, so the layout drawn from
     the episode seed is the same for every task. mix draws the family first; the named block
     is always the layout's. A relation goal takes the first (reference, relation) in drawn
-    order for which relation_spot finds room."""
+    order that the layout does not already satisfy and for which relation_spot finds room."""
     if task not in TASKS:
         raise ValueError(f"task={task!r} must be one of {TASKS}")
     if task == "box":
@@ -160,9 +160,13 @@ def draw_goal(task: str, episode_seed: int, colours: list[str], xy: np.ndarray, 
     for reference in order:
         obstacles = [where[c] for c in colours if c not in (target, reference)]
         for relation in relations:
+            if in_relation_zone(where[target], where[reference], relation):
+                continue  # already done at the start: no task
             if relation_spot(where[reference], relation, obstacles, cfg.box_center, outer) is not None:
                 return Goal("relation", target, reference, relation)
-    return Goal("relation", target, order[0], relations[0])
+    # No room anywhere: the first goal not yet done (one relation at most is, per reference).
+    relation = next(r for r in relations if not in_relation_zone(where[target], where[order[0]], r))
+    return Goal("relation", target, order[0], relation)
 
 
 def sample_layout(rng: np.random.Generator, cfg: SimConfig, n_blocks: int

@@ -79,7 +79,15 @@ def test_goals_depend_on_the_seed_only_and_mix_draws_every_family(envs):
         families.add(first.family)
         colours = {o.colour for o in env.objects() if o.kind == "block"}
         assert set(first.colours) <= colours and parse_goal(env.instruction, colours) == first
+        assert env.status() == "running"  # no goal is done before the arm moves
     assert families == set(FAMILIES)
+
+
+def test_relation_goals_are_never_done_at_the_start(envs):
+    env = envs["relation"]
+    for seed in range(60):
+        env.reset(seed, 2 + seed % 5)
+        assert env.status() == "running", (seed, env.instruction)
 
 
 def test_fixed_instruction_is_parsed_against_the_table():
@@ -279,6 +287,7 @@ def test_every_phrasing_parses_back_and_held_out_never_appears_in_training():
     ("put the blue and green blocks in the box", "unknown word 'blocks'"),
     ("put the blue block and the green block in the box", "box task names one colour"),
     ("stack the blue block", "two colours"),
+    ("green stack blue", "no 'on' or 'onto'"),
 ])
 def test_parser_refuses_with_a_reason(text, reason):
     result = parse_goal(text, ["blue", "green", "yellow"])
@@ -336,3 +345,16 @@ def test_parser_never_crashes_on_any_text(text):
 def test_every_sentence_parses_to_its_goal(goal, held_out, data):
     text = data.draw(st.sampled_from(instructions_for(goal, held_out)))
     assert parse_goal(text, COLOURS) == goal
+
+
+def test_family_vocab_extends_the_shipped_one():
+    from arm_act.common.instructions import family_vocab, longest_instruction
+    from arm_act.policy.vocab import InstructionTokenizer, default_vocab
+
+    old, new = default_vocab(), family_vocab()
+    assert new[: len(old)] == old and len(new) > len(old) and len(set(new)) == len(new)
+    tokenizer = InstructionTokenizer(new, longest_instruction())
+    for text in training_sentences():
+        ids, _ = tokenizer.encode(text)
+        assert 1 not in ids.tolist(), text  # no <unk> in a training sentence
+    assert longest_instruction(held_out=False) <= longest_instruction()
