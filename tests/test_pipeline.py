@@ -164,7 +164,8 @@ def test_a_resumed_stage_counts_the_time_of_every_run(tmp_path):
 @pytest.mark.parametrize("change,message", [
     ({"demos": []}, "demos"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": [5, 1]}]}, "handover"),
-    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]}, r"handover='later'.*miss, grasp or push"),
+    ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "later"}]},
+     r"handover='later'.*miss, grasp or push"),
     ({"rounds": [{"name": "r", "episodes": 1, "seed": 1, "handover": "push"}]},
      r"rounds\[0\]\.handover='push' needs world: push \(got None\)"),
     ({"evals": [{"name": "a b", "episodes": 1, "seed": 1}]}, "name"),
