@@ -12,9 +12,10 @@ closing across two faces of the block (yaw aligned to the block, modulo 90 degre
 Goals (sim.instructions): the instruction is parsed into a Goal, and the place part of the
 plan goes where the goal says: into the box; onto the reference block (the hand turned so
 the held block's faces line up with the reference's, released just above it); or beside the
-reference (sim.task.relation_spot: in the relation's zone with room for the fingers, set
-down just above the table and released with the fingers opened only a little past the
-block, clear of the neighbours). ABOVE_BOX and LOWER name the moves above and down to that
+reference (sim.task.relation_spot: in the relation's zone with room for the fingers; the
+hand turned so the fingers close across the line to the reference, set down just above the
+table and released with the fingers opened only a little past the block, clear of the
+neighbours). ABOVE_BOX and LOWER name the moves above and down to that
 place whatever it is.
 
 Recovery: a missed grasp (fingers closed on nothing) or a block dropped on the way re-plans
@@ -356,7 +357,14 @@ class ScriptedExpert:
 
             spot = ref.position[:2] + 0.08 * np.asarray(RELATION_DIRECTIONS[goal.relation])
         low = np.array([spot[0], spot[1], size / 2 + TABLE_RELEASE_CLEARANCE + c.grasp_depth])
-        return low, math.nan, BESIDE_RELEASE_OPENING
+        # Fingers closing across the line from the reference to the spot, never towards it
+        # (at yaw psi they close along (-sin psi, cos psi)); of the two such yaws, the one
+        # nearer the grasp's, so the wrist turns at most 90 degrees.
+        away = spot - ref.position[:2]
+        across = math.atan2(away[1], away[0])
+        neutral = grasp_yaw(face_yaw(blk.orientation))
+        yaw = neutral + wrap(2 * (across - neutral)) / 2
+        return low, yaw, BESIDE_RELEASE_OPENING
 
     def _place_plan(self) -> list[Waypoint]:
         c = self.config
