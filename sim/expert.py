@@ -15,8 +15,9 @@ the held block's faces line up with the reference's, released just above it); or
 reference (sim.task.relation_spot: in the relation's zone with room for the fingers; the
 hand turned so the fingers close across the line to the reference, set down just above the
 table and released with the fingers opened only a little past the block, clear of the
-neighbours). ABOVE_BOX and LOWER name the moves above and down to that
-place whatever it is.
+neighbours). Both turn the hand to a yaw near the wrist's neutral at the place
+(_wrist_neutral), so joint 7 stays clear of its limits. ABOVE_BOX and LOWER name the moves
+above and down to that place whatever it is.
 
 Recovery: a missed grasp (fingers closed on nothing) or a block dropped on the way re-plans
 from ABOVE_BLOCK with the block's latest pose. With ExpertConfig.perturb_prob > 0 the
@@ -163,6 +164,14 @@ def face_yaw(orientation: np.ndarray) -> float:
     vertical = int(np.argmax(np.abs(rot[2])))
     axis = rot[:, (vertical + 1) % 3]
     return float(np.arctan2(axis[1], axis[0]))
+
+
+def _wrist_neutral(position: np.ndarray) -> float:
+    """The hand yaw that leaves joint 7 mid-range with the grasp point at `position`: the
+    azimuth of the place seen from the base (joint 1 turns the arm towards it; joint 7 sits
+    near its home angle, far from both limits, at a hand yaw equal to that azimuth). Yaws
+    chosen within 90 degrees of it never drive joint 7 into a limit."""
+    return math.atan2(float(position[1]), float(position[0]))
 
 
 def grasp_yaw(block_yaw: float, neutral: float = 0.0) -> float:
@@ -346,9 +355,8 @@ class ScriptedExpert:
         if goal.family == "stack":
             top = ref.position[2] + float(ref.size[2]) / 2
             low = np.array([ref.position[0], ref.position[1], top + TABLE_RELEASE_CLEARANCE + size / 2 + c.grasp_depth])
-            # Faces in line with the reference's, turning the hand at most 45 degrees.
-            yaw = grasp_yaw(face_yaw(ref.orientation), neutral=grasp_yaw(face_yaw(blk.orientation)))
-            return low, yaw, GRIPPER_MAX
+            # Faces in line with the reference's, the yaw within 45 degrees of the wrist's neutral there.
+            return low, grasp_yaw(face_yaw(ref.orientation), neutral=_wrist_neutral(low)), GRIPPER_MAX
         others = [o.position for name, o in self._objects.items()
                   if name not in (f"block_{goal.colour}", f"block_{goal.reference}")]
         spot = relation_spot(ref.position, goal.relation, others, box.position, float(box.size[0]))
@@ -359,12 +367,11 @@ class ScriptedExpert:
         low = np.array([spot[0], spot[1], size / 2 + TABLE_RELEASE_CLEARANCE + c.grasp_depth])
         # Fingers closing across the line from the reference to the spot, never towards it
         # (at yaw psi they close along (-sin psi, cos psi)); of the two such yaws, the one
-        # nearer the grasp's, so the wrist turns at most 90 degrees.
+        # within 90 degrees of the wrist's neutral there.
         away = spot - ref.position[:2]
         across = math.atan2(away[1], away[0])
-        neutral = grasp_yaw(face_yaw(blk.orientation))
-        yaw = neutral + wrap(2 * (across - neutral)) / 2
-        return low, yaw, BESIDE_RELEASE_OPENING
+        neutral = _wrist_neutral(low)
+        return low, neutral + wrap(2 * (across - neutral)) / 2, BESIDE_RELEASE_OPENING
 
     def _place_plan(self) -> list[Waypoint]:
         c = self.config
