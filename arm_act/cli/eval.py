@@ -252,7 +252,11 @@ def _robustness(args, config) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(table, indent=2) + "\n")
 
-    table = robustness_suite(config, variants(args.robustness), with_expert=not args.no_expert, on_variant=write)
+    names = variants(args.robustness)
+    if not config.plain_task and "crowded" in names:  # before any variant runs, not after the others
+        raise CommandError("the crowded world repeats colours and runs the box task only; "
+                           "give --robustness another world, or no --task/--instruction")
+    table = robustness_suite(config, names, with_expert=not args.no_expert, on_variant=write)
     if args.json:
         print(json.dumps(compact(table), indent=2))
     else:
