@@ -3,6 +3,7 @@
     python docs/make_figures.py architecture            # docs/architecture.png (matplotlib)
     python docs/make_figures.py demo                    # docs/demo.png from a fresh live run
     python docs/make_figures.py demo --video FILE.mp4 --frame 16
+    python docs/make_figures.py tasks                   # docs/tasks.png (matplotlib)
 
 `architecture` draws the data flow between the nodes and the offline pipeline. `demo` runs
 one live episode of the shipped policy over ROS 2 (`arm-act demo --episodes 1 --seed 100000
@@ -10,7 +11,9 @@ one live episode of the shipped policy over ROS 2 (`arm-act demo --episodes 1 --
 unless --video names an existing video, and writes one mid-episode frame: both cameras with
 the policy's cross-attention over the patches, the instruction, the gripper, and the joint
 strip (actual against commanded). Real time is not deterministic, so a fresh run gives a
-frame close to, not equal to, the committed one.
+frame close to, not equal to, the committed one. `tasks` draws the success zones of the
+relation and stack goals (docs/tasks.md), sampled from sim.task's own rules, on the table as
+the front camera sees it.
 """
 from __future__ import annotations
 
@@ -143,6 +146,56 @@ def write_frame(out: Path, video: Path, frame: int) -> None:
     print(f"wrote {out} (frame {index} of {len(frames)} from {video})")
 
 
+def tasks(out: Path) -> None:
+    """The table seen from above, turned as the front camera sees it (world +y to the right,
+    world +x, nearer the camera, down), with the relation zones and the stack tolerance
+    around one reference block, from in_relation_zone and STACK_XY_TOLERANCE themselves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.patches import Circle, Rectangle
+
+    sys.path.insert(0, str(ROOT))
+    from arm_act.sim import SimConfig
+    from arm_act.sim.task import BOX_WALL, RELATION_DIRECTIONS, STACK_XY_TOLERANCE, in_relation_zone
+
+    cfg = SimConfig()
+    ref = np.array([0.48, 0.10])
+    colours = {"left": "#4c72b0", "right": "#dd8452", "front": "#55a868", "behind": "#c44e52"}
+    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    ys, xs = np.meshgrid(np.linspace(-0.45, 0.35, 321), np.linspace(0.25, 0.75, 201))
+    for relation, colour in colours.items():
+        inside = np.array([[in_relation_zone((x, y), ref, relation) for x, y in zip(rx, ry, strict=True)]
+                           for rx, ry in zip(xs, ys, strict=True)])
+        ax.contourf(ys, xs, inside.astype(float), levels=[0.5, 1.5], colors=[colour], alpha=0.35)
+        d = np.asarray(RELATION_DIRECTIONS[relation])
+        label = {"front": "in front of", "behind": "behind"}.get(relation, f"{relation} of")
+        ax.text(ref[1] + 0.085 * d[1], ref[0] + 0.085 * d[0], label, ha="center", va="center", fontsize=9)
+    s = cfg.block_size
+    ax.add_patch(Rectangle((ref[1] - s / 2, ref[0] - s / 2), s, s, color="#555555"))
+    ax.add_patch(Circle((ref[1], ref[0]), STACK_XY_TOLERANCE * s, fill=False, ls="--", color="white", lw=1.2))
+    ax.text(-0.43, 0.73, "grey: the reference block; white dashes: where the stacked block's centre must be",
+            ha="left", va="bottom", fontsize=8)
+    x0, x1, y0, y1 = cfg.block_region
+    ax.add_patch(Rectangle((y0, x0), y1 - y0, x1 - x0, fill=False, ls=":", color="black"))
+    ax.text(y1 - 0.005, x0 + 0.005, "block region", ha="right", va="bottom", fontsize=8)
+    bx, by = cfg.box_center
+    outer = cfg.box_inner_size + 2 * BOX_WALL
+    ax.add_patch(Rectangle((by - outer / 2, bx - outer / 2), outer, outer, color="#8b5a2b", alpha=0.6))
+    ax.text(by, bx, "box", ha="center", va="center", color="white")
+    ax.set_xlim(-0.45, 0.35)
+    ax.set_ylim(0.75, 0.25)  # +x (towards the camera) down, as in the front image
+    ax.set_aspect("equal")
+    ax.set_xlabel("world y (m): image left <-> right")
+    ax.set_ylabel("world x (m): far from camera (top) / near (bottom)")
+    ax.set_title("Relation zones (4-12 cm, 45 deg each side) as the front camera sees the table", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="figure", required=True)
@@ -152,9 +205,13 @@ def main(argv=None) -> int:
     d.add_argument("--out", type=Path, default=DOCS / "demo.png")
     d.add_argument("--video", type=Path, help="an existing live-view video (default: run one live episode)")
     d.add_argument("--frame", type=int, default=16, help="frame index (one per camera pair, 10 per second)")
+    t = sub.add_parser("tasks")
+    t.add_argument("--out", type=Path, default=DOCS / "tasks.png")
     args = parser.parse_args(argv)
     if args.figure == "architecture":
         architecture(args.out)
+    elif args.figure == "tasks":
+        tasks(args.out)
     else:
         demo(args.out, args.video, args.frame)
     return 0

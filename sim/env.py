@@ -18,8 +18,9 @@ from arm_act.sim import perturb
 from arm_act.sim.backend import Backend
 from arm_act.sim.camera import Camera, intrinsics
 from arm_act.sim.config import SimConfig
+from arm_act.sim.instructions import TASKS, Goal, parse_goal
 from arm_act.sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
-from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask
+from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask, draw_goal
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +32,28 @@ class ArmEnv:
 
     perturbation: one of sim.perturb's configs (push, lighting, camera, distractors, size,
     crowded), drawn per episode from the episode seed at every reset and applied at reset and
-    during the episode; None (the default) leaves every episode exactly as without it."""
+    during the episode; None (the default) leaves every episode exactly as without it.
+
+    task: box | stack | relation | mix, the family of every episode's goal (mix: drawn per
+    episode), drawn by sim.task.draw_goal from a stream of its own so the layout is the same
+    for every task; box (the default) is the task as it always was. instruction: the same
+    words for every episode instead; reset parses them against the episode's blocks and
+    raises ValueError when they do not fit (sim.instructions.parse_goal's reason)."""
 
     def __init__(self, config: SimConfig | None = None, gui: bool = False,
-                 perturbation: perturb.Perturbation | None = None) -> None:
+                 perturbation: perturb.Perturbation | None = None, task: str = "box",
+                 instruction: str | None = None) -> None:
         self.config = config if config is not None else SimConfig()
         self.perturbation = perturbation
+        if task not in TASKS:
+            raise ValueError(f"task={task!r} must be one of {TASKS}")
+        if instruction is not None:
+            parsed = parse_goal(instruction)
+            if not isinstance(parsed, Goal):
+                raise ValueError(f"instruction {instruction!r} refused: {parsed.reason}")
+        if (task != "box" or instruction is not None) and getattr(perturbation, "name", None) == "crowded":
+            raise ValueError("the crowded world repeats colours; it runs the box task with its own instruction only")
+        self.task, self.fixed_instruction = task, instruction
         self._drawn: perturb.EpisodePerturbation | None = None
         self._perturb_log: dict = {}
         self._distractors: list[int] = []
@@ -78,7 +95,7 @@ class ArmEnv:
             def crowd(colours, xy, target):
                 return perturb.crowd_extra(crowd_rng, colours, xy, target, drawn.total_blocks,
                                            cfg.min_block_spacing, diagonal, cfg.block_region)
-        self._task.reset(rng, n_blocks, crowd=crowd)
+        self._task.reset(rng, n_blocks, crowd=crowd, goal_for=self._goal_for(seed))
         if drawn is not None and drawn.kind == "distractors":
             self._place_distractors(drawn)
         home = HOME.copy()
@@ -106,6 +123,22 @@ class ArmEnv:
         self._status = "running"
         logger.debug("reset seed=%d n_blocks=%d: %s", seed, n_blocks, self.instruction)
 
+    def _goal_for(self, seed: int):
+        """The task's goal_for callback: None for the plain box task (nothing more drawn)."""
+        if self.task == "box" and self.fixed_instruction is None:
+            return None
+        cfg, text = self.config, self.fixed_instruction
+
+        def goal_for(colours, xy, target):
+            if text is None:
+                return draw_goal(self.task, seed, colours, xy, target, cfg), None
+            parsed = parse_goal(text, colours)
+            if not isinstance(parsed, Goal):
+                raise ValueError(f"instruction {text!r} does not fit episode seed {seed} "
+                                 f"(blocks {', '.join(colours)}): {parsed.reason}")
+            return parsed, text
+        return goal_for
+
     def _require(self) -> tuple[Panda, PickPlaceTask]:
         if self._backend.closed:
             raise RuntimeError("env is closed")
@@ -125,6 +158,11 @@ class ArmEnv:
     @property
     def target_colour(self) -> str:
         return self._require()[1].target_colour
+
+    @property
+    def goal(self) -> Goal:
+        """The episode's goal (sim.instructions.Goal)."""
+        return self._require()[1].goal
 
     # --- control -----------------------------------------------------------------------
     def apply_command(self, arm: np.ndarray, gripper: float) -> None:

@@ -9,6 +9,16 @@ space and IK turns each 50 Hz sample into 7 joint targets, seeded from the previ
 solution so consecutive solutions stay on one branch. Grasps are top-down with the fingers
 closing across two faces of the block (yaw aligned to the block, modulo 90 degrees).
 
+Goals (sim.instructions): the instruction is parsed into a Goal, and the place part of the
+plan goes where the goal says: into the box; onto the reference block (the hand turned so
+the held block's faces line up with the reference's, released just above it); or beside the
+reference (sim.task.relation_spot: in the relation's zone with room for the fingers; the
+hand turned so the fingers close across the line to the reference, set down just above the
+table and released with the fingers opened only a little past the block, clear of the
+neighbours). Both turn the hand to a yaw near the wrist's neutral at the place
+(_wrist_neutral), so joint 7 stays clear of its limits. ABOVE_BOX and LOWER name the moves
+above and down to that place whatever it is.
+
 Recovery: a missed grasp (fingers closed on nothing) or a block dropped on the way re-plans
 from ABOVE_BLOCK with the block's latest pose. With ExpertConfig.perturb_prob > 0 the
 expert now and then injects a joint-space offset or a pause and then re-plans from the
@@ -33,8 +43,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arm_act.sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
+from arm_act.sim.instructions import Goal, parse_goal
 from arm_act.sim.robot import GRIPPER_MAX, HOME, Panda
-from arm_act.sim.task import BOX_WALL, ObjectState, parse_instruction
+from arm_act.sim.task import BOX_WALL, ObjectState, in_relation_zone, relation_spot
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +60,11 @@ NEAR_GRASP_OPENING = 0.028
 largest block, 4.8 cm, stops them at 2.4 cm: they hold nothing) this close to the named
 block's grasp pose (horizontally; below, above) moves straight to it and grasps
 (ScriptedExpert._plan_from)."""
+TABLE_RELEASE_CLEARANCE = 0.005
+"""m: gap under the held block when it is released onto another block or beside one."""
+BESIDE_RELEASE_OPENING = 0.036
+"""m per finger: the opening at a release beside another block (the gripper counts as
+open above 0.03): the fingers stay clear of the neighbours."""
 PERTURBATION_SEED_OFFSET = 1_000_003  # away from the episode seed itself, which draws the scene (sim.env)
 
 
@@ -150,6 +166,14 @@ def face_yaw(orientation: np.ndarray) -> float:
     return float(np.arctan2(axis[1], axis[0]))
 
 
+def _wrist_neutral(position: np.ndarray) -> float:
+    """The hand yaw that leaves joint 7 mid-range with the grasp point at `position`: the
+    azimuth of the place seen from the base (joint 1 turns the arm towards it; joint 7 sits
+    near its home angle, far from both limits, at a hand yaw equal to that azimuth). Yaws
+    chosen within 90 degrees of it never drive joint 7 into a limit."""
+    return math.atan2(float(position[1]), float(position[0]))
+
+
 def grasp_yaw(block_yaw: float, neutral: float = 0.0) -> float:
     """Hand yaw aligned with the block's faces (cube: 90-degree symmetric), nearest `neutral`
     so the wrist (joint 7) stays far from its limits."""
@@ -189,6 +213,9 @@ class ScriptedExpert:
         self._perturb: _Perturbation | None = None
         self._q = HOME.copy()
         self._colour = ""
+        self._goal: Goal | None = None
+        self._objects: dict[str, ObjectState] = {}
+        self._place: tuple[np.ndarray, float, float] | None = None
         self._block: ObjectState | None = None
         self._box: ObjectState | None = None
         self._retries = 0
@@ -221,14 +248,16 @@ class ScriptedExpert:
 
     # --- planning ----------------------------------------------------------------------
     def reset(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray) -> None:
-        colour = parse_instruction(instruction)
-        if colour is None:
-            raise ValueError(f"instruction {instruction!r} is not 'put the <colour> block in the box'")
-        self._colour = colour
+        goal = parse_goal(instruction)
+        if not isinstance(goal, Goal):
+            raise ValueError(f"instruction {instruction!r} refused: {goal.reason}")
+        self._goal, self._colour = goal, goal.colour
         self._block = self._box = None
+        self._objects = {}
         self._update_objects(objects)
-        if self._block is None or self._box is None:
-            raise ValueError(f"objects {[o.name for o in objects]} lack block_{self._colour} or the box")
+        needed = [f"block_{c}" for c in goal.colours]
+        if self._block is None or self._box is None or any(n not in self._objects for n in needed):
+            raise ValueError(f"objects {[o.name for o in objects]} lack {' or '.join(needed)} or the box")
         self._q = np.asarray(joint_position, dtype=np.float64).copy()
         self._retries = 0
         self._perturb = None
@@ -256,7 +285,7 @@ class ScriptedExpert:
         if not in_hand:
             return self._pick_plan() + self._place_plan()
         place = self._place_plan()
-        over_box = float(np.linalg.norm(grasp_point[:2] - self._box.position[:2])) < 0.02
+        over_box = float(np.linalg.norm(grasp_point[:2] - place[0].position[:2])) < 0.02
         if over_box and grasp_point[2] < self.config.carry_height + 0.02:
             place = place[1:]
         logger.debug("expert: taking over with the block in hand, plan %s", [w.kind.value for w in place])
@@ -277,8 +306,10 @@ class ScriptedExpert:
         for obj in objects or ():
             if obj.kind == "box":
                 self._box = obj
-            elif obj.name == f"block_{self._colour}":
-                self._block = obj
+            else:
+                self._objects[obj.name] = obj
+                if obj.name == f"block_{self._colour}":
+                    self._block = obj
 
     def _duration(self, a: np.ndarray, b: np.ndarray) -> float:
         return max(self.config.min_duration, float(np.linalg.norm(b - a)) / self.config.speed)
@@ -300,21 +331,61 @@ class ScriptedExpert:
             Waypoint(K.LIFT, lift, yaw, 0.0, self._duration(grasp, lift), tolerance=0.02),
         ]
 
+    @property
+    def goal(self) -> Goal | None:
+        """The goal parsed from the instruction at reset."""
+        return self._goal
+
+    def _reference(self) -> ObjectState:
+        assert self._goal is not None and self._goal.reference is not None
+        return self._objects[f"block_{self._goal.reference}"]
+
+    def _place_target(self) -> tuple[np.ndarray, float, float]:
+        """Where the goal puts the held block: grasp-point position (3,) at release, hand yaw
+        there (NaN: keep the carrying yaw) and the release opening (m per finger)."""
+        c, box, blk, goal = self.config, self._box, self._block, self._goal
+        assert box is not None and blk is not None and goal is not None
+        size = float(blk.size[2])
+        if goal.family == "box":
+            # Grasp point at the held block's centre: block bottom release_clearance above the floor.
+            low = np.array([box.position[0], box.position[1],
+                            box.position[2] + BOX_WALL + c.release_clearance + size / 2 + c.grasp_depth])
+            return low, math.nan, GRIPPER_MAX
+        ref = self._reference()
+        if goal.family == "stack":
+            top = ref.position[2] + float(ref.size[2]) / 2
+            low = np.array([ref.position[0], ref.position[1], top + TABLE_RELEASE_CLEARANCE + size / 2 + c.grasp_depth])
+            # Faces in line with the reference's, the yaw within 45 degrees of the wrist's neutral there.
+            return low, grasp_yaw(face_yaw(ref.orientation), neutral=_wrist_neutral(low)), GRIPPER_MAX
+        others = [o.position for name, o in self._objects.items()
+                  if name not in (f"block_{goal.colour}", f"block_{goal.reference}")]
+        spot = relation_spot(ref.position, goal.relation, others, box.position, float(box.size[0]))
+        if spot is None:  # no roomy spot: the nominal one
+            from arm_act.sim.task import RELATION_DIRECTIONS
+
+            spot = ref.position[:2] + 0.08 * np.asarray(RELATION_DIRECTIONS[goal.relation])
+        low = np.array([spot[0], spot[1], size / 2 + TABLE_RELEASE_CLEARANCE + c.grasp_depth])
+        # Fingers closing across the line from the reference to the spot, never towards it
+        # (at yaw psi they close along (-sin psi, cos psi)); of the two such yaws, the one
+        # within 90 degrees of the wrist's neutral there.
+        away = spot - ref.position[:2]
+        across = math.atan2(away[1], away[0])
+        neutral = _wrist_neutral(low)
+        return low, neutral + wrap(2 * (across - neutral)) / 2, BESIDE_RELEASE_OPENING
+
     def _place_plan(self) -> list[Waypoint]:
-        c, box = self.config, self._box
-        assert box is not None and self._block is not None
-        above = np.array([box.position[0], box.position[1], c.carry_height])
-        # Grasp point at the held block's centre: block bottom release_clearance above the floor.
-        size = float(self._block.size[2])
-        low = np.array([box.position[0], box.position[1],
-                        box.position[2] + BOX_WALL + c.release_clearance + size / 2 + c.grasp_depth])
-        retreat = np.array([box.position[0], box.position[1], c.retreat_height])
+        c = self.config
+        assert self._box is not None and self._block is not None
+        low, yaw, opening = self._place_target()
+        self._place = (low, yaw, opening)
+        above = np.array([low[0], low[1], c.carry_height])
+        retreat = np.array([low[0], low[1], c.retreat_height])
         K = WaypointKind
         return [
-            Waypoint(K.ABOVE_BOX, above, math.nan, 0.0, 0.0, tolerance=0.02),
+            Waypoint(K.ABOVE_BOX, above, yaw, 0.0, 0.0, tolerance=0.02),
             Waypoint(K.LOWER, low, math.nan, 0.0, self._duration(above, low), tolerance=0.01),
-            Waypoint(K.RELEASE, low, math.nan, GRIPPER_MAX, c.release_time, tolerance=None),
-            Waypoint(K.RETREAT, retreat, math.nan, GRIPPER_MAX, self._duration(low, retreat),
+            Waypoint(K.RELEASE, low, math.nan, opening, c.release_time, tolerance=None),
+            Waypoint(K.RETREAT, retreat, math.nan, opening, self._duration(low, retreat),
                      tolerance=None),
         ]
 
@@ -429,12 +500,25 @@ class ScriptedExpert:
             self._replan(t, q_meas, f"grasp lost after {kind.value}")
             return
         if not self._plan:
-            if self._block is not None and objects is not None and not self._in_box():
-                self._replan(t, q_meas, "block not in the box after release")
+            if self._block is not None and objects is not None and not self._goal_reached():
+                self._replan(t, q_meas, f"block not where the {self._goal.family} goal wants it after release")
                 return
             self.done = True
             self._plan = [self._segment.waypoint]  # type: ignore[union-attr]  # hold the last pose
         self._start_segment(t, q_meas, from_measured=False)
+
+    def _goal_reached(self) -> bool:
+        """From the latest object poses: the named block where the goal wants it."""
+        goal = self._goal
+        if goal is None or goal.family == "box":
+            return self._in_box()
+        blk, ref = self._block, self._reference()
+        assert blk is not None
+        if goal.family == "stack":
+            size = float(ref.size[2])
+            return bool(float(np.linalg.norm(blk.position[:2] - ref.position[:2])) <= 0.5 * size
+                        and blk.position[2] - ref.position[2] > 0.5 * size)
+        return in_relation_zone(blk.position, ref.position, goal.relation)
 
     def _in_box(self) -> bool:
         blk, box = self._block, self._box

@@ -19,6 +19,7 @@ import numpy as np
 from arm_act.sim.config import SimConfig
 from arm_act.sim.env import ArmEnv
 from arm_act.sim.expert import ExpertConfig, ScriptedExpert, perturbation_rng
+from arm_act.sim.instructions import Goal
 from arm_act.sim.robot import JointStateArrays
 from arm_act.sim.task import ObjectState
 
@@ -55,6 +56,8 @@ class EpisodeResult:
     duration: float
     """Simulated seconds."""
     ticks: int
+    goal: Goal | None = None
+    """The episode's goal (the family, the blocks and the relation the instruction names)."""
 
 
 class Agent(Protocol):
@@ -85,7 +88,7 @@ def run_episode(env: ArmEnv, agent: Agent, seed: int, n_blocks: int, *, render: 
         status = env.status()
         if status == "running":
             obs = observe(env, render)
-    return EpisodeResult(seed, n_blocks, env.instruction, status, status == "success", env.time, env.tick)
+    return EpisodeResult(seed, n_blocks, env.instruction, status, status == "success", env.time, env.tick, env.goal)
 
 
 class ExpertAgent:

@@ -279,7 +279,7 @@ def test_a_step_rate_off_the_control_and_camera_rates_is_refused(step_rate):
 
 PARAMETERS = dict(mode="realtime", real_time_factor=1.0, control_rate=50, joint_state_rate=100, camera_rate=10,
                   seed=7, blocks="2-5", episodes=3, reset_pause=1.0, lockstep_timeout=10.0, gui=False,
-                  robustness="", episode_time_limit=12.0, thread_priority=0)
+                  robustness="", episode_time_limit=12.0, thread_priority=0, task="box", instruction="")
 
 
 def _node(**overrides):

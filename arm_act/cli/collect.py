@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from arm_act.cli.eval import add_task_arguments
 from arm_act.cli.main import CommandError
 from arm_act.common.episodes import parse_blocks
 from arm_act.common.progress import progress_bar
@@ -37,6 +38,7 @@ def configure(parser) -> None:
                         help="a world perturbation applied to every episode, drawn from its seed "
                              "(lighting, camera, size, distractors, crowded, push): domain randomisation; "
                              "use seeds apart from the robustness evaluation's (400000+)")
+    add_task_arguments(parser)
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--compression", choices=("none", "zstd"), default="none", help="MCAP chunk compression")
@@ -81,7 +83,8 @@ def run(args) -> int:
             out=args.out, perturb=args.perturb, control_rate=args.control_rate, camera_rate=args.camera_rate,
             compression=None if args.compression == "none" else args.compression, policy=args.policy,
             handover=None if args.handover is None else _parse_handover(args.handover),
-            latency_ticks=args.latency_ticks, assist=args.assist, world=args.world)
+            latency_ticks=args.latency_ticks, assist=args.assist, world=args.world, task=args.task,
+            instruction=args.instruction)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     with progress_bar(args.episodes, "collect", unit="ep") as bar:

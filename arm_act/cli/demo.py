@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from arm_act.cli.eval import add_assist_argument, add_setting
+from arm_act.cli.eval import add_assist_argument, add_setting, add_task_arguments
 from arm_act.cli.main import CommandError
 from arm_act.common.paths import config_file, default_checkpoint
 from arm_act.common.processes import NodeProcesses, ros_args
@@ -46,6 +46,7 @@ def configure(parser) -> None:
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
+    add_task_arguments(parser)
     add_assist_argument(parser)
     add_setting(parser, "execution")
     parser.add_argument("--real-time-factor", type=float, default=1.0,
@@ -89,7 +90,7 @@ def _start_nodes(children: NodeProcesses, args, env: dict, checkpoint: Path | No
     children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
         **common, "seed": args.seed, "blocks": args.blocks, "episodes": args.episodes,
         "camera_rate": args.camera_rate, "gui": args.gui, "real_time_factor": args.real_time_factor,
-        "episode_time_limit": args.time_limit,
+        "episode_time_limit": args.time_limit, "task": args.task, "instruction": args.instruction or "",
         # The recording holds the first episode whole; the viewer, not the sim's exit, ends the demo.
         "wait_for_recorder": args.record is not None, "exit_when_done": False,
     }, config_file("sim.yaml")), env)
@@ -117,6 +118,13 @@ def run(args) -> int:
 
     if args.episodes < 0:
         raise CommandError(f"--episodes {args.episodes} must be >= 0")
+    if args.instruction is not None:
+        from arm_act.sim.instructions import parse_goal_or_raise
+
+        try:  # words that give no goal at all; sim_node checks each episode's blocks
+            parse_goal_or_raise(args.instruction)
+        except ValueError as exc:
+            raise CommandError(f"--instruction: {exc}") from None
     checkpoint = args.checkpoint or default_checkpoint()
     use_expert = args.expert or not (checkpoint / "model.safetensors").is_file()
     if args.checkpoint is not None and use_expert and not args.expert:

@@ -41,6 +41,7 @@ def configure(parser) -> None:
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
+    add_task_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
@@ -65,6 +66,20 @@ def configure(parser) -> None:
                         help="one Ray task per episode: local (start Ray here), auto or ray://HOST:PORT "
                              "(join a cluster); the checkpoint travels to the tasks, videos and bags come back")
     add_policy_arguments(parser)
+
+
+def add_task_arguments(parser) -> None:
+    """--task and --instruction: the same options on eval, collect and demo."""
+    from arm_act.sim.instructions import TASKS
+
+    parser.add_argument("--task", choices=TASKS, default="box",
+                        help="goal family of every episode: box (put the block in the box), stack, relation "
+                             "(left of / right of / in front of / behind another block) or mix (drawn per episode "
+                             "from its seed); docs/tasks.md")
+    parser.add_argument("--instruction", metavar="TEXT",
+                        help="the same instruction for every episode instead of the task's (any phrasing the "
+                             "parser understands); an episode whose blocks do not fit it stops the run with the "
+                             "reason")
 
 
 def settings_for(args) -> tuple[dict, str | None]:
@@ -147,7 +162,8 @@ def run(args) -> int:
             camera_rate=args.camera_rate, control_rate=args.control_rate, time_limit=args.time_limit,
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
             live=args.live, compare_in_process=args.compare_in_process, logs=args.logs,
-            real_time_factor=args.real_time_factor, workers=args.workers)
+            real_time_factor=args.real_time_factor, workers=args.workers, task=args.task,
+            instruction=args.instruction)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)
@@ -176,6 +192,8 @@ def run(args) -> int:
         print(f"  settings without a flag from {recorded}")
     for k, v in summary["by_blocks"].items():
         print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
+    for k, v in summary.get("by_family", {}).items():
+        print(f"  {k}: {v['successes']}/{v['episodes']} ({v['success_rate']:.1%})")
     retried = summary.get("ray", {}).get("retried")
     if retried:
         print(f"  ray: {len(retried)} task(s) failed once and succeeded when run again: {retried}")
@@ -234,7 +252,11 @@ def _robustness(args, config) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(table, indent=2) + "\n")
 
-    table = robustness_suite(config, variants(args.robustness), with_expert=not args.no_expert, on_variant=write)
+    names = variants(args.robustness)
+    if not config.plain_task and "crowded" in names:  # before any variant runs, not after the others
+        raise CommandError("the crowded world repeats colours and runs the box task only; "
+                           "give --robustness another world, or no --task/--instruction")
+    table = robustness_suite(config, names, with_expert=not args.no_expert, on_variant=write)
     if args.json:
         print(json.dumps(compact(table), indent=2))
     else:

@@ -24,6 +24,9 @@ With handover "push" (world push only) it takes over a drawn moment (PUSH_DELAY,
 episode's seed) after the push has moved the named block (PushTakeoverAgent): its part
 labels the states just after the block moved, with the gripper near where the block was,
 going to the block where it now is.
+Outside the plain box task (CollectConfig.task, .instruction) custom_data also holds the
+episode's goal (JSON, arm_act.sim.instructions.Goal.to_dict) and family; the scripted expert
+parses the instruction and follows that goal.
 The whole episode is recorded; custom_data expert_from_s marks where the expert's commands
 start ("none" when the episode ended first), and training uses only the frames from there on.
 
@@ -104,6 +107,12 @@ class CollectConfig:
     push) applied to every episode, drawn per episode from its seed: domain randomisation for
     the training data. Use seeds apart from the robustness evaluation's (400000 + ...), so no
     evaluated world is ever trained on."""
+    task: str = "box"
+    """The goal family of every episode (box | stack | relation | mix: drawn per episode from
+    its seed; arm_act.sim.instructions); the expert follows whichever goal an episode has."""
+    instruction: str | None = None
+    """The same instruction for every episode instead of the task's (an episode whose blocks
+    do not fit it stops the run with the reason)."""
 
     def __post_init__(self):
         from arm_act.sim import ExpertConfig
@@ -112,6 +121,14 @@ class CollectConfig:
         self.sim_config()  # raises ValueError for bad rates
         self.world_perturbation()  # ... and for an unknown world perturbation
         ExpertConfig(perturb_prob=self.perturb)  # ... and for a bad perturbation probability
+        from arm_act.sim.instructions import TASKS, parse_goal_or_raise
+
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} must be one of {', '.join(TASKS)}")
+        if self.instruction is not None:
+            parse_goal_or_raise(self.instruction)  # ... and for words that give no goal at all
+        if not self.plain_task and self.world == "crowded":
+            raise ValueError("world='crowded' repeats colours; it runs the box task only")
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression={self.compression!r} must be one of {list(COMPRESSIONS)}")
         if self.policy is None:
@@ -146,6 +163,11 @@ class CollectConfig:
         from arm_act.sim import SimConfig
 
         return SimConfig(control_rate_hz=self.control_rate, camera_rate_hz=self.camera_rate)
+
+    @property
+    def plain_task(self) -> bool:
+        """The box task in its own words: bags and records exactly as before task families."""
+        return self.task == "box" and self.instruction is None
 
     def world_perturbation(self):
         """The perturbation config of `world`, None without one; ValueError for an unknown name."""
@@ -298,7 +320,8 @@ class CollectionWorker:
         from arm_act.sim import ArmEnv
 
         self.config = config
-        self.env = ArmEnv(config.sim_config(), perturbation=config.world_perturbation())
+        self.env = ArmEnv(config.sim_config(), perturbation=config.world_perturbation(), task=config.task,
+                          instruction=config.instruction)
         self.runtime = None
         try:
             if config.policy is not None:
@@ -369,6 +392,10 @@ class CollectionWorker:
             tick = agent.handover_tick
             final["expert_from_s"] = "none" if tick is None else repr(round(tick / env.config.control_rate_hz, 6))
             record["expert_from_s"] = None if tick is None else float(final["expert_from_s"])
+        if not config.plain_task:  # the goal, for training on a mix of families
+            final["goal"] = json.dumps(env.goal.to_dict(), sort_keys=True)
+            final["family"] = env.goal.family
+            record["family"] = env.goal.family
         drawn = env.perturbation_info()
         if drawn is not None:
             final["world_drawn"] = json.dumps(drawn, sort_keys=True)

@@ -15,7 +15,10 @@ EXPERT = "expert"
 @dataclass(frozen=True)
 class EvalConfig:
     """One evaluation run. policy: "expert" or a checkpoint directory; blocks: "N" or "LO-HI";
-    video and bags (directories) apply to in-process runs of a checkpoint."""
+    video and bags (directories) apply to in-process runs of a checkpoint. task: the goal
+    family of every episode (box | stack | relation | mix, arm_act.sim.instructions);
+    instruction: the same words for every episode instead (each episode refuses them, with
+    a ValueError, when its blocks do not fit them)."""
 
     policy: str | Path = EXPERT
     episodes: int = 20
@@ -35,9 +38,22 @@ class EvalConfig:
     logs: Path | None = None  # with live: the nodes' logs go here (default: a temporary directory)
     real_time_factor: float = 1.0  # with live: sim_node's; below 1 gives the nodes slack on a loaded machine
     workers: int = 1  # local processes for in-process episodes, each with its own env and policy
+    task: str = "box"
+    instruction: str | None = None
 
     def __post_init__(self):
+        from arm_act.sim.instructions import TASKS, parse_goal_or_raise
+
         parse_blocks(self.blocks)  # raises ValueError quoting the text
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} must be one of {', '.join(TASKS)}")
+        if self.instruction is not None:
+            parse_goal_or_raise(self.instruction)  # ... and for words that give no goal at all
+        if not self.plain_task and (self.over_ros or self.live):
+            raise ValueError(f"task={self.task!r}, instruction={self.instruction!r}: runs in process (or on Ray); "
+                             "sim_node's episodes are the box task")
+        if not self.plain_task and self.robustness == "crowded":
+            raise ValueError("robustness='crowded' repeats colours; it runs the box task only")
         self.sim_config()  # ... and for bad rates or time limits
         self.perturbation()  # ... and for an unknown robustness name
         if self.robustness is not None and self.over_ros:
@@ -69,6 +85,12 @@ class EvalConfig:
             raise ValueError(f"policy={str(self.policy)!r} is neither 'expert' nor a checkpoint directory")
 
     @property
+    def plain_task(self) -> bool:
+        """The box task in its own words: the records and summary are exactly as before
+        task families existed (no family, goal or per-family figures)."""
+        return self.task == "box" and self.instruction is None
+
+    @property
     def checkpoint(self) -> Path | None:
         return None if self.policy == EXPERT else Path(self.policy)
 
@@ -83,7 +105,8 @@ class EvalConfig:
     def make_env(self):
         from arm_act.sim import ArmEnv
 
-        return ArmEnv(self.sim_config(), perturbation=self.perturbation())
+        return ArmEnv(self.sim_config(), perturbation=self.perturbation(), task=self.task,
+                      instruction=self.instruction)
 
     def sim_config(self):
         from arm_act.sim import SimConfig

@@ -49,8 +49,12 @@ __all__ = ["EXPERT", "GRASP_ERROR_BINS_CM", "EvalConfig", "PolicySettings", "des
 
 
 def run_one(runner, env, spec) -> dict:
-    """One episode's record, with what its perturbation drew and did (if the env has one)."""
+    """One episode's record, with what its perturbation drew and did (if the env has one),
+    and the goal's family and goal unless the env runs the plain box task."""
     record = runner.run(env, spec)
+    if env.task != "box" or env.fixed_instruction is not None:
+        record["family"] = env.goal.family
+        record["goal"] = env.goal.to_dict()
     if env.perturbation is not None:
         record["perturbation"] = env.perturbation_info()
     return record
@@ -199,6 +203,7 @@ def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None
         "control_rate": config.control_rate,
         "over_ros": bool(config.over_ros),
         "robustness": config.robustness,
+        **({} if config.plain_task else {"task": config.task, "instruction": config.instruction}),
         "workers": config.workers,
         "wall_time_s": round(time.monotonic() - started, 2),
         **extra,

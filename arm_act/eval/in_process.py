@@ -90,9 +90,9 @@ class PolicyAgent:
     def partial_progress(self, instruction: str) -> dict:
         """Which blocks the arm lifted: the named one (the grasp part of the task worked) or
         another (it went for the wrong block)."""
-        words = set(instruction.split())
-        return {"lifted_named_block": bool(self.lifted & words),
-                "lifted_other_block": bool(self.lifted - words)}
+        named = set(_named_colours(instruction))
+        return {"lifted_named_block": bool(self.lifted & named),
+                "lifted_other_block": bool(self.lifted - named)}
 
     def grounding(self) -> dict | None:
         """The target head's error (cm) at the first camera pair and its median over the
@@ -103,9 +103,19 @@ class PolicyAgent:
                 "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
 
 
+def _named_colours(instruction: str) -> list[str]:
+    """The colour of the block to move (a goal parsed from the instruction, arm_act.sim.instructions),
+    else every word of the instruction (words that are no colour match no block)."""
+    from arm_act.sim.instructions import Goal, parse_goal
+
+    goal = parse_goal(instruction)
+    return [goal.colour] if isinstance(goal, Goal) else instruction.split()
+
+
 def named_block_position(objects, instruction: str) -> np.ndarray | None:
-    """The position of the block whose colour the instruction names, if exactly one does."""
-    words = set(instruction.split())
+    """The position of the block to move (the one whose colour a box instruction names; a
+    stack or relation instruction's first block), if exactly one block has that colour."""
+    words = set(_named_colours(instruction))
     found = [o for o in objects if o.kind == "block" and o.colour in words]
     return np.asarray(found[0].position, dtype=np.float64) if len(found) == 1 else None
 

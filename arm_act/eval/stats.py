@@ -71,6 +71,13 @@ def summarize(results: list[dict], extra: dict) -> dict:
         extra = {**extra, "grasp_precision": grasp_precision(results)}
     if results and results[0].get("perturbation") is not None and results[0]["perturbation"]["kind"] == "push":
         extra = {**extra, "pushed": sum(1 for r in results if r["perturbation"]["pushed"])}
+    families: dict[str, list[bool]] = {}
+    for r in results:
+        if "family" in r:
+            families.setdefault(r["family"], []).append(r["success"])
+    if len(families) > 1:  # a mix: success per task family
+        extra = {**extra, "by_family": {f: {"episodes": len(v), "successes": sum(v), "success_rate": sum(v) / len(v)}
+                                        for f, v in sorted(families.items())}}
     grounding = sorted(r["target_error"]["first_cm"] for r in results if "target_error" in r)
     if grounding:  # where the target head puts the named block at the first camera pair
         extra = {**extra, "target_error_first_cm_median": grounding[len(grounding) // 2]}

@@ -29,6 +29,8 @@ def declare_parameters(node) -> None:
     node.declare_parameter("lockstep_timeout", 10.0)
     node.declare_parameter("gui", False)
     node.declare_parameter("robustness", "")  # a perturbation of arm_act/sim/perturb.py ("" for none)
+    node.declare_parameter("task", "box")  # goal family: box, stack, relation or mix (arm_act/sim/instructions.py)
+    node.declare_parameter("instruction", "")  # the same instruction every episode ("" for the task's)
     node.declare_parameter("episode_time_limit", 20.0)
     # Start the first episode only once a controller that can drive the arm publishes
     # commands: a managed one (policy_node) must be active (nodes/readiness.py), so a policy
@@ -100,10 +102,13 @@ class SimSettings:
     config: SimConfig
     gui: bool
     robustness: str  # a perturbation of arm_act/sim/perturb.py, "" for none
+    task: str = "box"  # the goal family of every episode (box, stack, relation, mix)
+    instruction: str = ""  # the same instruction every episode, "" for the task's
 
     def make_env(self) -> ArmEnv:
         return ArmEnv(self.config, gui=self.gui,
-                      perturbation=perturbation(self.robustness) if self.robustness else None)
+                      perturbation=perturbation(self.robustness) if self.robustness else None,
+                      task=self.task, instruction=self.instruction or None)
 
 
 def read_settings(node) -> SimSettings:
@@ -125,4 +130,5 @@ def read_settings(node) -> SimSettings:
         control_rate=control_rate, joint_state_rate=joint_state_rate, camera_rate=camera_rate, step_rate=step_rate,
         reset_pause=float(param("reset_pause")), lockstep_timeout=float(param("lockstep_timeout")),
         schedule=schedule, config=dataclasses.replace(config, episode_time_limit=float(param("episode_time_limit"))),
-        gui=bool(param("gui")), robustness=str(param("robustness")))
+        gui=bool(param("gui")), robustness=str(param("robustness")), task=str(param("task")),
+        instruction=str(param("instruction")))
