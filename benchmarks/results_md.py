@@ -27,6 +27,7 @@ ROWS = [
     ("baseline_ratio", "baseline / ours", "{:.2f}"),
     ("peer_inference_ms_p50", "LeRobot-default ACT (ResNet18, D=512, 4+1 layers, K=100) p50 (ms)", "{:.2f}"),
     ("peer_ratio", "LeRobot-default ACT / ours", "{:.1f}"),
+    ("peer_layout", "  its memory layout (the faster for it)", "{}"),
     ("predict_chunk_ms_p50", "PolicyRuntime.predict_chunk p50 (ms)", "{:.2f}"),
     (None, "Sim", None),
     ("render_pair_ms_p50", "render both cameras p50 (ms)", "{:.2f}"),

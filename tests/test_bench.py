@@ -77,6 +77,10 @@ def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     locked = printed["ros_locked_memory_mb"]
     assert locked["probe"] == 0.0 and (os.geteuid() != 0 or min(locked["sim_node"], locked["policy_node"]) > 10)
     assert printed["inference_backend"] in ("torch", "onnx")
+    # The peer is reported in the memory layout that was faster for it.
+    layouts = printed["peer_layouts_ms_p50"]
+    assert set(layouts) == {"contiguous", "channels_last"} and printed["peer_layout"] in layouts
+    assert printed["peer_inference_ms_p50"] == layouts[printed["peer_layout"]] == min(layouts.values())
     assert printed["loop_backend"] == printed["inference_backend"] == printed["ros_backend"]
     # onnxruntime is a pinned requirement: the ONNX figure is measured, not skipped.
     assert isinstance(printed["inference_onnx_ms_p50"], float), printed["onnx_check"]

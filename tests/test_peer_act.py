@@ -33,3 +33,29 @@ def test_sine_positions_are_distinct_per_cell():
     pos = sine_positions_2d(3, 3, 512)
     assert pos.shape == (9, 512)
     assert torch.cdist(pos, pos).fill_diagonal_(1.0).min() > 0.1
+
+
+def test_bench_times_the_peer_in_each_layout_and_reports_the_faster():
+    from arm_act.bench.suite import PEER_LAYOUTS, peer_variants, pick_peer_layout
+
+    torch.manual_seed(0)
+    peer = PeerACT(cameras=2, image_size=64, width=64, heads=4, mlp=128, encoder_layers=1, chunk_size=10).eval()
+    # Our preprocessing's layout: (B, C, 3, H, W) permuted from (B, C, H, W, 3) frames.
+    images = torch.rand(1, 2, 64, 64, 3).permute(0, 1, 4, 2, 3)
+    state = torch.randn(1, 9)
+    variants = peer_variants(peer, images, state)
+    assert set(variants) == set(PEER_LAYOUTS) == {"contiguous", "channels_last"}
+    net, x = variants["contiguous"]
+    assert x.is_contiguous() and net.backbone.stem[0].weight.is_contiguous()
+    net_cl, x_cl = variants["channels_last"]
+    assert x_cl.shape == images.shape and x_cl.flatten(0, 1).is_contiguous(memory_format=torch.channels_last)
+    assert net_cl.backbone.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert peer.backbone.stem[0].weight.is_contiguous()  # the caller's model is left as it was
+    with torch.inference_mode():
+        want = peer(images, state)
+        for net, x in variants.values():
+            torch.testing.assert_close(net(x, state), want, rtol=1e-4, atol=1e-5)
+    times = {"peer/contiguous": {"p50": 2.0}, "peer/channels_last": {"p50": 1.0}}
+    assert pick_peer_layout(times) == "channels_last"
+    times["peer/contiguous"]["p50"] = 0.5
+    assert pick_peer_layout(times) == "contiguous"

@@ -10,8 +10,10 @@ inference the CVAE's latent is zero, so its encoder never runs; it is left out.
 
 torchvision is not a dependency of this package, so the ResNet18 is written out here
 (BasicBlock, [2, 2, 2, 2]; batch norm folded to a per-channel affine as LeRobot's
-FrozenBatchNorm2d is in eval mode). Weights are random: only the time is compared, on the
-same inputs as our policy (two 96x96 cameras, the joint state).
+FrozenBatchNorm2d is in eval mode), and the backbone runs once per camera as in LeRobot.
+Weights are random: only the time is compared, on the same inputs as our policy (two
+96x96 cameras, the joint state). benchmarks/peer_check.py copies the weights of LeRobot's
+own ACT into this module and checks that the action chunks agree to float32 round-off.
 """
 from __future__ import annotations
 
@@ -68,10 +70,13 @@ class ResNet18Trunk(nn.Module):
 
 
 def sine_positions_2d(h: int, w: int, d: int) -> torch.Tensor:
-    """DETR's 2D sinusoidal encoding (temperature 10000, normalised to 2*pi): (h*w, d)."""
-    half = d // 2
-    y = torch.arange(1, h + 1, dtype=torch.float32)[:, None].expand(h, w) / h * 2 * math.pi
-    x = torch.arange(1, w + 1, dtype=torch.float32)[None, :].expand(h, w) / w * 2 * math.pi
+    """DETR's 2D sinusoidal encoding (temperature 10000, normalised to 2*pi): (h*w, d).
+
+    As LeRobot's ACTSinusoidalPositionEmbedding2d, the row and column indices are divided by
+    (last index + 1e-6), so the positions are the same to float32 round-off."""
+    half, eps = d // 2, 1e-6
+    y = torch.arange(1, h + 1, dtype=torch.float32)[:, None].expand(h, w) / (h + eps) * 2 * math.pi
+    x = torch.arange(1, w + 1, dtype=torch.float32)[None, :].expand(h, w) / (w + eps) * 2 * math.pi
     freq = 10000 ** (2 * (torch.arange(half) // 2) / half)
     py, px = y[..., None] / freq, x[..., None] / freq  # (h, w, half)
     py = torch.stack([py[..., 0::2].sin(), py[..., 1::2].cos()], dim=-1).flatten(-2)
@@ -120,9 +125,13 @@ class PeerACT(nn.Module):
         self.chunk_size = chunk_size
 
     def forward(self, images: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        b, c = images.shape[:2]
-        features = self.feature_proj(self.backbone(images.flatten(0, 1)))  # (B*C, D, h, w)
-        features = features.flatten(2).transpose(1, 2).reshape(b, -1, features.shape[1])  # (B, C*h*w, D)
+        b = images.shape[0]
+        # One backbone call per camera at batch B, as LeRobot's ACT loops over its cameras
+        # (not one call at batch B*C: at batch 1 torch runs small contiguous convolutions
+        # on a slower kernel than at batch 2, so batching the cameras would time a model
+        # LeRobot does not run).
+        features = [self.feature_proj(self.backbone(cam)) for cam in images.unbind(1)]  # C x (B, D, h, w)
+        features = torch.cat([f.flatten(2).transpose(1, 2) for f in features], dim=1)  # (B, C*h*w, D)
         x = torch.cat([self.latent.expand(b, -1, -1), self.state_proj(state)[:, None], features], dim=1)  # (B, N, D)
         pos = torch.cat([self.token_pos_1d, self.image_pos], dim=0)[None]  # (1, N, D)
         for layer in self.encoder:

@@ -92,7 +92,8 @@ def format_table(r: dict) -> str:
         ("  baseline", f"nn.Transformer p50 {_fmt(r['baseline_inference_ms_p50'], ' ms')}; "
                        f"baseline / ours = {_fmt(r['baseline_ratio'])}"),
         ("  peer", f"LeRobot-default ACT (ResNet18, D=512, 4+1 layers, K=100) p50 "
-                   f"{_fmt(r['peer_inference_ms_p50'], ' ms')}; peer / ours = {_fmt(r['peer_ratio'], '', 1)}"),
+                   f"{_fmt(r['peer_inference_ms_p50'], ' ms')} ({r.get('peer_layout', '?')}); "
+                   f"peer / ours = {_fmt(r['peer_ratio'], '', 1)}"),
         ("  predict_chunk", f"p50 {_fmt(r['predict_chunk_ms_p50'], ' ms')}, p99 "
                             f"{_fmt(r['predict_chunk_ms_p99'], ' ms')} (uint8 images in, chunk out)"),
         ("render pair", f"{r['render_size']}: p50 {_fmt(r['render_pair_ms_p50'], ' ms')}, "
