@@ -36,7 +36,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from arm_act.bench.peer_act import PeerACT  # noqa: E402
+from arm_act.bench.peer_act import PeerACT  # noqa: E402 - after the sys.path line above
 
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 IMAGE_SIZE, STATE_DIM, ACTION_DIM, CHUNK = 96, 9, 8, 100
