@@ -27,7 +27,6 @@ import copy
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -195,18 +194,11 @@ def load_ours():
     return (runtime.model.eval(), inputs), None
 
 
-def time_round(calls: dict, repeats: int, warmup: int, block: int = 5) -> dict[str, dict]:
-    """Each call `repeats` times, interleaved in blocks; p50/p99 in ms per call."""
-    for fn in calls.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    while any(len(v) < repeats for v in samples.values()):
-        for name, fn in calls.items():
-            for _ in range(min(block, repeats - len(samples[name]))):
-                t0 = time.perf_counter()
-                fn()
-                samples[name].append((time.perf_counter() - t0) * 1e3)
+def time_round(calls: dict, repeats: int, warmup: int) -> dict[str, dict]:
+    """Each call `repeats` times, interleaved in blocks (the bench's own timer); p50/p99 in ms."""
+    from arm_act.bench.suite import time_interleaved
+
+    samples = time_interleaved(calls, repeats, warmup)
     return {k: {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)), "n": len(v)}
             for k, v in samples.items()}
 
