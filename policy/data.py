@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ import torch
 from arm_act.policy.colour import channel_medians
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.normalizer import Normalizer
-from arm_act.policy.vocab import InstructionTokenizer
+from arm_act.policy.vocab import InstructionTokenizer, split_words
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,26 @@ def target_patches(uv: np.ndarray, config: PolicyConfig) -> np.ndarray:
     return np.where(known, cell[..., 1] * config.grid + cell[..., 0], -1)
 
 
+def sentences_of(instruction: str, phrasings: Callable[[str], Sequence[str]] | None,
+                 config: PolicyConfig) -> tuple[str, ...]:
+    """The episode's instruction, then the other sentences `phrasings` gives for it; each
+    checked against the vocabulary and the instruction token budget (ChunkDataset)."""
+    out = [instruction]
+    if phrasings is not None:
+        out += [p for p in phrasings(instruction) if p != instruction]
+        known = set(config.vocab)
+        for text in out:
+            words = split_words(text)
+            unknown = sorted(set(words) - known)
+            if unknown:
+                raise ValueError(f"phrasing {text!r} has words outside the policy's vocabulary {unknown} "
+                                 "(a policy trained on several phrasings needs the family vocabulary)")
+            if len(words) > config.max_instruction_tokens:
+                raise ValueError(f"phrasing {text!r} has {len(words)} words; max_instruction_tokens="
+                                 f"{config.max_instruction_tokens}")
+    return tuple(out)
+
+
 class ChunkDataset:
     """Samples (one per camera frame) of a list of episodes, batched by index.
 
@@ -209,11 +229,18 @@ class ChunkDataset:
     """
 
     def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer,
-                 hold_after_end: bool = False):
+                 hold_after_end: bool = False, phrasings: Callable[[str], Sequence[str]] | None = None):
         """hold_after_end: supervise the padding too, i.e. teach "after the end, hold the
         last command". Our episodes end the moment the task succeeds (block in the box,
         gripper open), so without it the chunk indices past a release are never supervised
-        near the release, and the policy predicts the opening ever later (TrainConfig)."""
+        near the release, and the policy predicts the opening ever later (TrainConfig).
+
+        phrasings: instruction -> the other sentences that ask for the same goal. With it, an
+        augmented batch gives each sample one of its episode's sentences at random (the
+        episode's own among them), so one demonstration teaches every wording; unaugmented
+        batches (validation) keep the episode's own. ValueError when a sentence has a word
+        outside the vocabulary or more words than the instruction tokens hold: the policy
+        would be trained on <unk> or on a truncated goal."""
         if not episodes:
             raise ValueError("a ChunkDataset needs at least one episode")
         for i, episode in enumerate(episodes):
@@ -254,9 +281,14 @@ class ChunkDataset:
         uv = [np.asarray(getattr(e, "target_uv", np.full((n, c, 2), np.nan)), np.float32)
               for e, n in zip(episodes, frames, strict=True)]
         self.target_patch = torch.from_numpy(target_patches(np.concatenate(uv), config))  # (N, C)
+        sentences = [sentences_of(e.instruction, phrasings, config) for e in episodes]
+        widest = max(len(p) for p in sentences)
+        padded = [p + (p[0],) * (widest - len(p)) for p in sentences]  # padding never drawn (below)
         tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
-        ids, mask = tokenizer.encode_batch([e.instruction for e in episodes])
-        self.instruction_ids, self.instruction_mask = ids, mask  # (E, L)
+        ids, mask = tokenizer.encode_batch([text for p in padded for text in p])
+        self.instruction_ids = ids.reshape(len(episodes), widest, -1)  # (E, P, L): P sentences per episode
+        self.instruction_mask = mask.reshape(len(episodes), widest, -1)
+        self.n_phrasings = torch.tensor([len(p) for p in sentences])  # (E,)
 
     def __len__(self) -> int:
         return int(self.episode_of.shape[0])
@@ -310,11 +342,14 @@ class ChunkDataset:
         tick = self.action_start[index, None] + steps  # (B, K)
         end = self.action_end[index, None]  # (B, 1)
         episode = self.episode_of[index]
+        phrasing = torch.zeros_like(episode)  # the episode's own sentence
+        if augment and self.instruction_ids.shape[1] > 1:  # drawn only with phrasings: other runs keep their stream
+            phrasing = (torch.rand(len(episode), generator=generator) * self.n_phrasings[episode]).long()
         return {
             "images": images,
             "state": self.state[index],  # (B, S)
-            "instruction_ids": self.instruction_ids[episode],  # (B, L)
-            "instruction_mask": self.instruction_mask[episode],  # (B, L)
+            "instruction_ids": self.instruction_ids[episode, phrasing],  # (B, L)
+            "instruction_mask": self.instruction_mask[episode, phrasing],  # (B, L)
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
             "action_mask": ((tick < end) | self.hold_after_end) & self.has_actions[index, None],  # (B, K)
             "target": self.target[index],  # (B, 3) m, NaN where unknown

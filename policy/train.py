@@ -583,16 +583,38 @@ def matmul_precision(precision: str, device: torch.device) -> Iterator[str]:
         settings.fp32_precision = previous
 
 
+GROWABLE = ("vocab", "max_instruction_tokens")
+"""Policy config fields a fine-tune may enlarge (_load_init): a vocabulary that extends the
+checkpoint's, more instruction tokens. Nothing else changes the shape of what is learned."""
+
+
 def _load_init(directory: str, cfg: PolicyConfig):
-    """(model, normalizer) of the checkpoint to fine-tune from; its config must be cfg."""
+    """(model, normalizer) of the checkpoint to fine-tune from. Its config must be cfg, or
+    differ only by growing (GROWABLE): then the model is cfg's, with every weight of the
+    checkpoint and the embedding rows of its words; the new words' rows start fresh."""
     try:
         model, normalizer, config = load_checkpoint(directory)
     except CheckpointError as exc:
         raise TrainingError(f"init_from: {exc}") from None
     diffs = config.differences(cfg)
-    if diffs:
+    grows = (set(diffs) <= set(GROWABLE)
+             and cfg.vocab[: len(config.vocab)] == config.vocab
+             and cfg.max_instruction_tokens >= config.max_instruction_tokens)
+    if diffs and not grows:
         raise TrainingError(f"init_from {directory} is a checkpoint of another policy config "
-                            f"({describe_differences(diffs)})")
+                            f"({describe_differences(diffs)}); a fine-tune may only extend the "
+                            "vocabulary and add instruction tokens")
+    if diffs:
+        grown = ACTPolicy(cfg)
+        state = model.state_dict()
+        embed = grown.word_embed.weight.detach().clone()
+        embed[: len(config.vocab)] = state["word_embed.weight"]
+        state["word_embed.weight"] = embed
+        grown.load_state_dict(state, strict=True)
+        logger.info("init_from %s grows %s: %d -> %d words, %d -> %d instruction tokens", directory,
+                    " and ".join(sorted(diffs)), len(config.vocab), len(cfg.vocab),
+                    config.max_instruction_tokens, cfg.max_instruction_tokens)
+        model = grown
     return model, normalizer
 
 
@@ -688,7 +710,12 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         else:
             normalizer = init[1] if init else fit_normalizer(train_eps, cfg.cameras)
         hold = tcfg.hold_after_end
-        train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold)
+        phrasings = None
+        if tcfg.paraphrase:
+            from arm_act.common.instructions import training_phrasings_of
+            phrasings = training_phrasings_of
+        train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold,
+                                 phrasings=phrasings)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer, hold) if val_ids else None
         ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
                           if ground_val else None)

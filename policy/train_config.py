@@ -47,6 +47,13 @@ class TrainConfig:
     grounding_layouts: int = 0
     grounding_seed: int = 1_000_000
     grounding_borrowed_poses: float = 0.5
+    # The task of the grounding layouts (box | stack | relation | mix, arm_act.sim.instructions):
+    # their instructions name the block to move in that family's words.
+    grounding_task: str = "box"
+    # Teach every training phrasing of each episode's goal (arm_act.sim.instructions): each
+    # sample of an augmented batch reads one of them at random (policy.data.ChunkDataset).
+    # Needs a vocabulary and instruction-token budget that hold them (config/train_families.json).
+    paraphrase: bool = False
     # Fine-tuning: start from this checkpoint's weights and normalization statistics (its
     # policy config must equal this run's) instead of a fresh initialisation; "" = none.
     init_from: str = ""
@@ -90,7 +97,9 @@ class TrainConfig:
         if (isinstance(self.augment_colour, bool) or not isinstance(self.augment_colour, (int, float))
                 or not 0.0 <= self.augment_colour < 1.0):
             raise ValueError(f"augment_colour={self.augment_colour!r} must be a number in [0, 1)")
-        for name in ("augment", "hold_after_end"):
+        if self.grounding_task not in ("box", "stack", "relation", "mix"):
+            raise ValueError(f"grounding_task={self.grounding_task!r} must be one of box, stack, relation, mix")
+        for name in ("augment", "hold_after_end", "paraphrase"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.matmul_precision not in MATMUL_PRECISIONS:

@@ -18,7 +18,7 @@ from arm_act.sim import perturb
 from arm_act.sim.backend import Backend
 from arm_act.sim.camera import Camera, intrinsics
 from arm_act.sim.config import SimConfig
-from arm_act.sim.instructions import TASKS, Goal, parse_goal
+from arm_act.sim.instructions import PHRASINGS, TASKS, Goal, parse_goal, phrase
 from arm_act.sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
 from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask, draw_goal
 
@@ -42,7 +42,7 @@ class ArmEnv:
 
     def __init__(self, config: SimConfig | None = None, gui: bool = False,
                  perturbation: perturb.Perturbation | None = None, task: str = "box",
-                 instruction: str | None = None) -> None:
+                 instruction: str | None = None, phrasing: str = "canonical") -> None:
         self.config = config if config is not None else SimConfig()
         self.perturbation = perturbation
         if task not in TASKS:
@@ -53,7 +53,11 @@ class ArmEnv:
                 raise ValueError(f"instruction {instruction!r} refused: {parsed.reason}")
         if (task != "box" or instruction is not None) and getattr(perturbation, "name", None) == "crowded":
             raise ValueError("the crowded world repeats colours; it runs the box task with its own instruction only")
-        self.task, self.fixed_instruction = task, instruction
+        if phrasing not in PHRASINGS:
+            raise ValueError(f"phrasing={phrasing!r} must be one of {', '.join(PHRASINGS)}")
+        if phrasing != "canonical" and instruction is not None:
+            raise ValueError("phrasing draws the words of the task's goal; a fixed instruction has its own")
+        self.task, self.fixed_instruction, self.phrasing = task, instruction, phrasing
         self._drawn: perturb.EpisodePerturbation | None = None
         self._perturb_log: dict = {}
         self._distractors: list[int] = []
@@ -125,13 +129,14 @@ class ArmEnv:
 
     def _goal_for(self, seed: int):
         """The task's goal_for callback: None for the plain box task (nothing more drawn)."""
-        if self.task == "box" and self.fixed_instruction is None:
+        if self.task == "box" and self.fixed_instruction is None and self.phrasing == "canonical":
             return None
         cfg, text = self.config, self.fixed_instruction
 
         def goal_for(colours, xy, target):
             if text is None:
-                return draw_goal(self.task, seed, colours, xy, target, cfg), None
+                goal = draw_goal(self.task, seed, colours, xy, target, cfg)
+                return goal, None if self.phrasing == "canonical" else phrase(goal, self.phrasing, seed)
             parsed = parse_goal(text, colours)
             if not isinstance(parsed, Goal):
                 raise ValueError(f"instruction {text!r} does not fit episode seed {seed} "

@@ -292,3 +292,22 @@ def task_stream_rng_words(episode_seed: int) -> list[int]:
 
 TASK_STREAM = 43
 """Second word of the goal stream's seed (the block count uses 7, world perturbations 31)."""
+
+PHRASINGS = ("canonical", "training", "held-out")
+"""Which words an episode's goal is given in: the canonical sentence (Goal.instruction), one
+of the training sentences, or one of the held-out ones (phrase())."""
+PHRASING_STREAM = 47
+
+
+def phrase(goal: Goal, phrasing: str, episode_seed: int) -> str:
+    """The episode's instruction for its goal: canonical, or a sentence of the training or
+    held-out set drawn from a stream of its own ([episode_seed, PHRASING_STREAM]), so the
+    layout and the goal are the same whatever the words."""
+    if phrasing not in PHRASINGS:
+        raise ValueError(f"phrasing={phrasing!r} must be one of {', '.join(PHRASINGS)}")
+    if phrasing == "canonical":
+        return goal.instruction
+    import random  # no numpy here (module docstring); the draw only has to be repeatable
+
+    sentences = instructions_for(goal, held_out=phrasing == "held-out")
+    return random.Random(f"{int(episode_seed)}/{PHRASING_STREAM}").choice(sentences)

@@ -61,6 +61,38 @@ def test_frames_carry_the_named_blocks_position_as_auxiliary_target(tmp_path):
     np.testing.assert_allclose(batch["target"].numpy(), ep.frame_target[[1, 3]])
 
 
+@pytest.mark.parametrize(("instruction", "goal", "moved"), [
+    ("stack the red block on the green block", None, "red"),  # both colours named: the moved one
+    ("put the green block left of the red block", None, "green"),
+    ("stack the green block on the red block", '{"colour": "red", "family": "stack", "reference": "green"}', "red"),
+])
+def test_the_target_is_the_block_to_move_in_every_family(tmp_path, instruction, goal, moved):
+    # The goal in custom_data (task-family bags) decides over the instruction's words.
+    bag = write_demo_bag(tmp_path / "ep", instruction=instruction, metadata={"goal": goal} if goal else None)
+    ep = extract_episode(bag)
+    expected = (np.stack([target_position(k) for k in ep.frame_ticks]) if moved == "red"
+                else np.tile([0.5, -0.1, 0.02], (ep.n_frames, 1)))
+    np.testing.assert_allclose(ep.frame_target, expected, rtol=1e-6)
+
+
+def test_paraphrased_batches_draw_every_training_phrasing_of_the_goal(tmp_path):
+    from arm_act.common.instructions import family_vocab, longest_instruction, training_phrasings_of
+    from arm_act.policy.vocab import InstructionTokenizer
+
+    ep = extract_episode(write_demo_bag(tmp_path / "ep", instruction="stack the red block on the green block"))
+    config = PolicyConfig(**TINY, vocab=family_vocab(), max_instruction_tokens=longest_instruction())
+    data = ChunkDataset([ep], config, fit_normalizer([ep]), phrasings=training_phrasings_of)
+    tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
+    generator = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(20):
+        batch = data.batch(torch.zeros(16, dtype=torch.long), generator, augment=True)
+        seen |= {tokenizer.decode(row) for row in batch["instruction_ids"].tolist()}
+    assert seen == set(training_phrasings_of(ep.instruction)) and len(seen) == 5
+    plain = data.batch(torch.zeros(4, dtype=torch.long))  # validation: the episode's own sentence
+    assert {tokenizer.decode(row) for row in plain["instruction_ids"].tolist()} == {ep.instruction}
+
+
 def test_target_pixels_map_to_row_major_patches():
     from arm_act.policy.data import target_patches
 

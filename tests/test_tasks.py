@@ -83,6 +83,30 @@ def test_goals_depend_on_the_seed_only_and_mix_draws_every_family(envs):
     assert families == set(FAMILIES)
 
 
+def test_phrasing_draws_the_words_and_keeps_the_layout_and_goal(envs):
+    from arm_act.sim.instructions import phrase
+
+    env = ArmEnv(CFG, task="mix", phrasing="held-out")
+    try:
+        seen = set()
+        for seed in range(12):
+            env.reset(seed, 3)
+            envs["mix"].reset(seed, 3)
+            assert _layout(env) == _layout(envs["mix"]) and env.goal == envs["mix"].goal
+            assert env.instruction in instructions_for(env.goal, held_out=True)
+            assert env.instruction == phrase(env.goal, "held-out", seed)  # repeatable
+            assert parse_goal(env.instruction) == env.goal
+            seen.add(env.instruction)
+        assert len(seen) == 12  # other words every episode, none of them a training sentence
+        assert not seen & {s for g in all_goals() for s in instructions_for(g)}
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="phrasing='odd' must be one of"):
+        ArmEnv(CFG, phrasing="odd")
+    with pytest.raises(ValueError, match="a fixed instruction has its own"):
+        ArmEnv(CFG, phrasing="training", instruction="put the red block in the box")
+
+
 def test_relation_goals_are_never_done_at_the_start(envs):
     env = envs["relation"]
     for seed in range(60):

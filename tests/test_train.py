@@ -155,6 +155,42 @@ def test_init_from_starts_at_the_checkpoints_weights_and_statistics(tmp_path):
               tmp_path / "other", progress=False)
 
 
+def test_init_from_grows_the_vocabulary_and_the_instruction_tokens(tmp_path):
+    from arm_act.common.instructions import family_vocab, longest_instruction
+
+    base = tmp_path / "base"
+    train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST), base, progress=False)
+    grown_cfg = PolicyConfig(**TINY, vocab=family_vocab(), max_instruction_tokens=longest_instruction())
+    tuned = tmp_path / "tuned"
+    train(episodes(), grown_cfg, TrainConfig(steps=2, lr=1e-12, init_from=str(base), paraphrase=True, **FAST),
+          tuned, progress=False)
+    a, b = weights(tuned), weights(base)
+    assert a.keys() == b.keys()
+    old_words = len(PolicyConfig().vocab)
+    for key in a:
+        if key == "word_embed.weight":  # the old words keep their rows; the new ones are fresh
+            assert a[key].shape == (len(family_vocab()), TINY["width"])
+            assert torch.allclose(a[key][:old_words], b[key], rtol=0, atol=1e-9)
+            assert not torch.allclose(a[key][old_words:], torch.zeros_like(a[key][old_words:]))
+        else:
+            assert torch.allclose(a[key], b[key], rtol=0, atol=1e-9), key
+    assert load_checkpoint(tuned)[2] == grown_cfg
+    # A vocabulary that reorders the checkpoint's words, or fewer tokens, is another policy.
+    shuffled = PolicyConfig(**TINY, vocab=("<pad>", "<unk>", "the", "put", "red", "block", "in", "box"))
+    fewer = PolicyConfig(**TINY, max_instruction_tokens=4)
+    for cfg in (shuffled, fewer):
+        with pytest.raises(TrainingError, match="may only extend the vocabulary"):
+            train(episodes(), cfg, TrainConfig(steps=2, init_from=str(base), **FAST), tmp_path / "bad",
+                  progress=False)
+
+
+def test_paraphrase_needs_a_vocabulary_that_holds_every_phrasing(tmp_path):
+    # The default vocabulary lacks "place", "drop", "one", ...: training would feed <unk>.
+    with pytest.raises(TrainingError, match="outside the policy's vocabulary"):
+        train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=2, paraphrase=True, **FAST), tmp_path / "p",
+              progress=False)
+
+
 def test_damaged_training_state_is_a_clear_error(tmp_path):
     out = tmp_path / "ckpt"
     data, cfg, tcfg = episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST)

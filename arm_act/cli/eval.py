@@ -42,6 +42,10 @@ def configure(parser) -> None:
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
     add_task_arguments(parser)
+    parser.add_argument("--phrasing", choices=("canonical", "training", "held-out"), default="canonical",
+                        help="the words of each episode's goal: its canonical sentence, one of the training "
+                             "sentences, or one of the held-out sentences training never sees (drawn per episode "
+                             "from its seed; docs/tasks.md)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
@@ -163,7 +167,7 @@ def run(args) -> int:
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
             live=args.live, compare_in_process=args.compare_in_process, logs=args.logs,
             real_time_factor=args.real_time_factor, workers=args.workers, task=args.task,
-            instruction=args.instruction)
+            instruction=args.instruction, phrasing=args.phrasing)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)

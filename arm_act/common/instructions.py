@@ -8,7 +8,7 @@ themselves are arm_act.sim.instructions' (pure Python, no PyBullet).
 from __future__ import annotations
 
 from arm_act.policy.vocab import build_vocab, default_vocab
-from arm_act.sim.instructions import all_goals, instructions_for, training_sentences
+from arm_act.sim.instructions import all_goals, instructions_for, parse_goal, training_sentences
 
 
 def family_vocab() -> tuple[str, ...]:
@@ -28,3 +28,12 @@ def longest_instruction(held_out: bool = True) -> int:
     sets = (False, True) if held_out else (False,)
     return max(len(text.split()) for goal in all_goals() for h in sets for text in instructions_for(goal, h))
 
+
+
+def training_phrasings_of(instruction: str) -> tuple[str, ...]:
+    """Every training sentence that asks for the instruction's goal (the instruction's own
+    first when it is one of them); () when it gives no goal."""
+    goal = parse_goal(instruction)
+    if not goal:
+        return ()
+    return instructions_for(goal)

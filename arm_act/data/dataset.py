@@ -37,7 +37,7 @@ from arm_act.sim.robot import JOINT_NAMES
 logger = logging.getLogger(__name__)
 
 # Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
-CACHE_VERSION = 2  # 2: frame_target
+CACHE_VERSION = 3  # 2: frame_target; 3: the moved block of any task family
 ARM_TOPIC = "/" + ARM_COMMAND_TOPIC
 GRIPPER_TOPIC = "/" + GRIPPER_COMMAND_TOPIC
 JOINT_TOPIC = "/joint_states"
@@ -102,11 +102,10 @@ class EpisodeArrays:
 
 
 # ---------------------------------------------------------------- one bag
-def _target_position(msg, instruction_words: set[str]) -> np.ndarray | None:
-    """The position of the block whose colour the instruction names, from an `objects`
-    MarkerArray (ns = kind, text = "name|colour"); None when no single block matches."""
-    found = [m for m in msg.markers if m.ns == "block"
-             and str(m.text).partition("|")[2] in instruction_words]
+def _target_position(msg, colour: str) -> np.ndarray | None:
+    """The position of the block of this colour, from an `objects` MarkerArray (ns = kind,
+    text = "name|colour"); None when no single block matches."""
+    found = [m for m in msg.markers if m.ns == "block" and str(m.text).partition("|")[2] == colour]
     if len(found) != 1:
         return None
     p = found[0].pose.position
@@ -385,7 +384,7 @@ def _extract(bag: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays, _BagCo
     stamps, frame_ticks, images = _camera_frames(contents, cameras, clock, len(commands), bag)
     frame_state = _frame_state(contents, stamps, bag)
     outcome = _outcome(info.custom_data, contents, bag)
-    frame_target = _frame_targets(contents.objects, stamps, set(outcome.instruction.split()))
+    frame_target = _frame_targets(contents.objects, stamps, _moved_colour(info.custom_data, outcome.instruction))
     success, status = outcome.success, outcome.status
     if "expert_from_s" in info.custom_data:  # a takeover bag: only the expert's part is a demonstration
         images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
@@ -419,19 +418,34 @@ def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, fr
     return images[keep], frame_state[keep], frame_target[keep], frame_ticks[keep], success, status
 
 
+def _moved_colour(custom: dict, instruction: str) -> str | None:
+    """The colour of the block the episode moves (the target head's label): the goal in
+    custom_data (bags of task families), else the instruction's goal; None when neither
+    names one (the frames then have no target)."""
+    from arm_act.sim.instructions import Goal, parse_goal
+
+    if "goal" in custom:
+        try:
+            return Goal.from_dict(json.loads(custom["goal"])).colour
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("custom_data goal %r is not a goal (%s); reading the instruction", custom["goal"], exc)
+    goal = parse_goal(instruction)
+    return goal.colour if goal else None
+
+
 def _frame_targets(objects: list[tuple[int, object]], frame_stamps: np.ndarray,
-                   instruction_words: set[str]) -> np.ndarray:
-    """(F, 3) float32: the named block's position in the latest `objects` message at or
-    before each frame stamp; NaN rows where there is none or it names no single block."""
+                   colour: str | None) -> np.ndarray:
+    """(F, 3) float32: the position of the block of `colour` in the latest `objects` message
+    at or before each frame stamp; NaN rows where there is none or no single such block."""
     out = np.full((len(frame_stamps), 3), np.nan, dtype=np.float32)
-    if not objects:
+    if not objects or colour is None:
         return out
     objects = sorted(objects, key=lambda item: item[0])
     stamps = np.array([s for s, _ in objects], dtype=np.int64)
     chosen = np.searchsorted(stamps, frame_stamps, side="right") - 1
     for i, j in enumerate(chosen):
         if j >= 0:
-            position = _target_position(objects[j][1], instruction_words)
+            position = _target_position(objects[j][1], colour)
             if position is not None:
                 out[i] = position
     return out

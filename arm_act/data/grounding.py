@@ -104,10 +104,14 @@ def label_demo_pixels(episodes, sim_config) -> None:
             e.target_uv = uv
 
 
-def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray) -> str:
+def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray,
+         task: str) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"version": GROUNDING_VERSION, "n": n, "seed": seed, "blocks": list(blocks),
-                         "borrowed": borrowed, "sim": repr(sim_config)}, sort_keys=True).encode())
+    fields = {"version": GROUNDING_VERSION, "n": n, "seed": seed, "blocks": list(blocks),
+              "borrowed": borrowed, "sim": repr(sim_config)}
+    if task != "box":  # box keys stay as they were, so existing caches are still found
+        fields["task"] = task
+    h.update(json.dumps(fields, sort_keys=True).encode())
     h.update(np.ascontiguousarray(poses, dtype=np.float32).tobytes())
     return h.hexdigest()[:16]
 
@@ -116,10 +120,11 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
                             poses: np.ndarray | None = None, borrowed: float = 0.5,
                             cache_dir: str | os.PathLike | None = None,
                             progress: bool | None = None,
-                            share: tuple[int, int] | None = None) -> list[GroundingFrame]:
+                            share: tuple[int, int] | None = None, task: str = "box") -> list[GroundingFrame]:
     """n grounding frames from layouts seed, seed+1, ... (block counts as `arm-act collect`
     draws them), cached in cache_dir. poses: (M, 9) joint states to borrow for a fraction
-    `borrowed` of the frames (the rest keep the start pose).
+    `borrowed` of the frames (the rest keep the start pose). task: the goal family of the
+    layouts' instructions (box | stack | relation | mix); the label is always the block to move.
 
     With a cache_dir, data-parallel processes on one machine split the rendering (share:
     (rank, size), default torchrun's local rank and process count; arm_act.common.shares):
@@ -136,10 +141,11 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
         return []
     rng = np.random.default_rng([seed, 11])
     picks = [int(rng.integers(len(poses))) if rng.random() < borrowed else -1 for _ in range(n)]
-    render = functools.partial(_render, seed=seed, sim_config=sim_config, blocks=blocks, poses=poses, picks=picks)
+    render = functools.partial(_render, seed=seed, sim_config=sim_config, blocks=blocks, poses=poses, picks=picks,
+                               task=task)
     if cache_dir is None:
         return render(range(n), progress=progress)
-    path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses)}.npz"
+    path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses, task)}.npz"
     frames = _load(path) if path.is_file() else _load_parts(path, n)
     if frames is not None:
         logger.info("%d grounding frames from the cache %s", len(frames), path)
@@ -170,13 +176,13 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
 
 
 def _render(indices: range, *, seed: int, sim_config, blocks: tuple[int, int], poses: np.ndarray,
-            picks: list[int], progress: bool | None) -> list[GroundingFrame]:
+            picks: list[int], progress: bool | None, task: str = "box") -> list[GroundingFrame]:
     """The layouts at these indices (picks[i]: the borrowed pose's index, -1 for the start pose)."""
     from arm_act.common.episodes import episode_spec
 
     cameras = tuple(c.name for c in sim_config.cameras)
     frames = []
-    with ArmEnv(sim_config) as env, progress_bar(len(indices), "rendering grounding layouts", unit="layout",
+    with ArmEnv(sim_config, task=task) as env, progress_bar(len(indices), "rendering grounding layouts", unit="layout",
                                                  force=progress) as bar:
         for i in indices:
             spec = episode_spec(i, seed, blocks)

@@ -78,13 +78,14 @@ def grounding_frames(demos: Sequence[EpisodeArrays], policy_config, train_config
         raise ValueError("grounding_layouts needs the target head: set target_weight > 0")
     config = sim_config_for(policy_config)
     poses = approach_poses(demos, config.block_size)
-    logger.info("grounding layouts: %d (seeds %d+, %.0f%% in poses borrowed from %d demonstration frames)",
-                train_config.grounding_layouts, train_config.grounding_seed,
+    logger.info("grounding layouts: %d of task %s (seeds %d+, %.0f%% in poses borrowed from %d demonstration "
+                "frames)", train_config.grounding_layouts, train_config.grounding_task, train_config.grounding_seed,
                 100 * train_config.grounding_borrowed_poses, len(poses))
     try:
         return render_grounding_frames(
             train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
-            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None)
+            borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None,
+            task=train_config.grounding_task)
     except ValueError as exc:
         raise ValueError(f"grounding layouts: {exc}") from None
 

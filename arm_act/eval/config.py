@@ -40,9 +40,15 @@ class EvalConfig:
     workers: int = 1  # local processes for in-process episodes, each with its own env and policy
     task: str = "box"
     instruction: str | None = None
+    phrasing: str = "canonical"  # the words of each episode's goal (arm_act.sim.instructions.PHRASINGS)
 
     def __post_init__(self):
-        from arm_act.sim.instructions import TASKS, parse_goal_or_raise
+        from arm_act.sim.instructions import PHRASINGS, TASKS, parse_goal_or_raise
+
+        if self.phrasing not in PHRASINGS:
+            raise ValueError(f"phrasing={self.phrasing!r} must be one of {', '.join(PHRASINGS)}")
+        if self.phrasing != "canonical" and self.instruction is not None:
+            raise ValueError("phrasing draws each goal's words; a fixed instruction has its own")
 
         parse_blocks(self.blocks)  # raises ValueError quoting the text
         if self.task not in TASKS:
@@ -88,7 +94,7 @@ class EvalConfig:
     def plain_task(self) -> bool:
         """The box task in its own words: the records and summary are exactly as before
         task families existed (no family, goal or per-family figures)."""
-        return self.task == "box" and self.instruction is None
+        return self.task == "box" and self.instruction is None and self.phrasing == "canonical"
 
     @property
     def checkpoint(self) -> Path | None:
@@ -106,7 +112,7 @@ class EvalConfig:
         from arm_act.sim import ArmEnv
 
         return ArmEnv(self.sim_config(), perturbation=self.perturbation(), task=self.task,
-                      instruction=self.instruction)
+                      instruction=self.instruction, phrasing=self.phrasing)
 
     def sim_config(self):
         from arm_act.sim import SimConfig

@@ -52,7 +52,7 @@ def run_one(runner, env, spec) -> dict:
     """One episode's record, with what its perturbation drew and did (if the env has one),
     and the goal's family and goal unless the env runs the plain box task."""
     record = runner.run(env, spec)
-    if env.task != "box" or env.fixed_instruction is not None:
+    if env.task != "box" or env.fixed_instruction is not None or env.phrasing != "canonical":
         record["family"] = env.goal.family
         record["goal"] = env.goal.to_dict()
     if env.perturbation is not None:
@@ -203,7 +203,8 @@ def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None
         "control_rate": config.control_rate,
         "over_ros": bool(config.over_ros),
         "robustness": config.robustness,
-        **({} if config.plain_task else {"task": config.task, "instruction": config.instruction}),
+        **({} if config.plain_task else {"task": config.task, "instruction": config.instruction,
+                                          "phrasing": config.phrasing}),
         "workers": config.workers,
         "wall_time_s": round(time.monotonic() - started, 2),
         **extra,
