@@ -89,6 +89,15 @@ class ActionSelector:
         if self.aim is not None:
             self.aim.reset()
 
+    def new_goal(self, drop: bool = True) -> None:
+        """The instruction changed: with drop, the chunks of the old goal go (the executor's
+        and those still in the latency gate), so the new goal's first chunk drives alone;
+        the arm holds its last command until it is due. The limiter and the grasp assist
+        keep their state: the arm has not moved."""
+        if drop:
+            self.gate.reset()
+            self.runtime.reset()
+
     # ------------------------------------------------------------ the latency gate
     def usable_tick(self, start_tick: int) -> int:
         return self.gate.usable_tick(start_tick)

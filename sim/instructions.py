@@ -206,6 +206,13 @@ class Refusal:
         return False
 
 
+def normalised_words(text: str) -> list[str]:
+    """The words the parser reads: lower case, split on whitespace, each word's surrounding
+    punctuation dropped ("Put the red block in the box." -> put the red block in the box)."""
+    words = [w.strip(_PUNCTUATION) for w in text.lower().split()]
+    return [w for w in words if w]
+
+
 def parse_goal(text: object, colours: Iterable[str] | None = None) -> Goal | Refusal:
     """An instruction -> its Goal, or a Refusal naming the problem: not text, empty, an
     unknown word, no colour, a colour twice, too many colours, a colour not on the table
@@ -216,8 +223,7 @@ def parse_goal(text: object, colours: Iterable[str] | None = None) -> Goal | Ref
     if not isinstance(text, str):
         kind = "NaN" if isinstance(text, float) and math.isnan(text) else type(text).__name__
         return Refusal(f"the instruction must be text, got {kind}")
-    words = [w.strip(_PUNCTUATION) for w in text.lower().split()]
-    words = [w for w in words if w]
+    words = normalised_words(text)
     if not words:
         return Refusal("the instruction is empty")
     for word in words:

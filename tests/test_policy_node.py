@@ -310,3 +310,52 @@ def test_a_given_runtime_ensembles_in_the_nodes_ticks(ros_context, tiny_checkpoi
         assert (runtime.control_rate, runtime.executor.interval_ticks, runtime.executor.m) == (100.0, 10.0, 0.2)
     finally:
         policy.destroy_node()
+
+
+def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_context, tiny_checkpoint):
+    """Unknown word, a colour not on the table, a family the checkpoint was not trained on:
+    each is refused with one counted log line and a diagnostics entry naming it; the arm
+    holds (the same command every tick), no inference runs. A readable instruction again
+    (any case, punctuation) resumes; a new goal's first chunk replaces the old goal's."""
+    from visualization_msgs.msg import MarkerArray
+
+    from arm_act.sim.task import ObjectState
+
+    feed, policy, executor = _start(ros_context, dict(parameter_overrides=_params(
+        mode="realtime", checkpoint=str(tiny_checkpoint))))
+    objects = feed.create_publisher(MarkerArray, "objects", 10)
+
+    def block(colour):
+        return ObjectState(colour, "block", colour, np.ones(4), np.array([0.5, 0.0, 0.02]), np.array([0, 0, 0, 1.0]),
+                           np.full(3, 0.04))
+
+    def say(text):
+        feed.task.publish(conv.task_msg(text))
+
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: policy.episode is not None, timeout=10)
+            objects.publish(conv.objects_msg(feed.t, [block("red"), block("green")]))
+            _run_feed(executor, feed, 1.0)
+            assert policy.state == "ok" and policy.refusal == ""
+            for text, reason in (("stack the red block on the green block", "not trained on the stack task"),
+                                 ("put the blue block in the box", "no blue block on the table"),
+                                 ("put the red block in the bucket", "unknown word 'bucket'")):
+                say(text)
+                _run_feed(executor, feed, 0.3)  # the refusal takes effect within a camera period
+                chunks, held_from = policy.stats.chunks, len(feed.arm)
+                _run_feed(executor, feed, 0.5)
+                assert policy.state == "refused" and reason in policy.refusal, (text, policy.refusal)
+                assert reason in _diag(feed, "instruction_refused")
+                assert policy.stats.chunks == chunks  # nothing inferred on a refused instruction
+                held = feed.arm[held_from:]
+                assert len(held) > 15 and all(np.array_equal(c, held[0]) for c in held)
+            assert policy.stats["refused_instructions"] == 3  # one log line each, not one per tick
+            say("Put the GREEN block in the box.")
+            _run_feed(executor, feed, 1.0)
+            assert policy.state == "ok" and _diag(feed, "instruction_refused") == "no"
+            assert policy._conditioned_on == "put the green block in the box"
+            assert policy.stats.chunks > chunks
+    finally:
+        policy.destroy_node()
+        feed.destroy_node()

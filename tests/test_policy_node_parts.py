@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arm_act.nodes.inference_worker import InferenceWorker, Job
 from arm_act.nodes.observation_sync import JOINT_HISTORY, MAX_IMAGE_PIXELS, ObservationSync
@@ -399,14 +401,16 @@ def test_deadline_misses_count_ticks_more_than_one_and_a_half_periods_apart():
 def test_diagnostic_values_keep_their_keys_and_order():
     stats = PolicyStats(control_rate=50)
     values = stats.diagnostic_values(_diag_input())
-    assert list(values)[:21] == [
-        "state", "lifecycle", "waiting_for", "last_error", "inference_ms", "observation_age_ms",
-        "ticks_without_fresh_chunk", "deadline_misses", "missed_ticks", "inference_failures", "stale_ticks",
-        "pairs_joint_mismatch", "stale_chunks_dropped", "chunks_timed", "chunk_latency_ticks", "late_chunks",
-        "rejected_images", "rejected_messages", "chunks", "commands", "memory_locked"]
-    assert list(values)[21:25] == ["gc_pauses", "gc_max_ms", "gc_full", "gc_full_max_ms"]
-    assert list(values)[25:] == ["answer_ms_max", "assist", "colour_gains"]
+    assert list(values)[:23] == [
+        "state", "lifecycle", "waiting_for", "last_error", "instruction_refused", "inference_ms",
+        "observation_age_ms", "ticks_without_fresh_chunk", "deadline_misses", "missed_ticks", "inference_failures",
+        "stale_ticks", "pairs_joint_mismatch", "stale_chunks_dropped", "chunks_timed", "chunk_latency_ticks",
+        "late_chunks", "rejected_images", "refused_instructions", "rejected_messages", "chunks", "commands",
+        "memory_locked"]
+    assert list(values)[23:27] == ["gc_pauses", "gc_max_ms", "gc_full", "gc_full_max_ms"]
+    assert list(values)[27:] == ["answer_ms_max", "assist", "colour_gains"]
     assert values["inference_ms"] == "nan" and values["observation_age_ms"] == "12.3"
+    assert values["instruction_refused"] == "no"
     assert values["waiting_for"] == "nothing" and values["last_error"] == "none"
     assert values["assist"] == "off" and values["colour_gains"] == "off" and "target_xyz_m" not in values
     assert _diag_input().observation_age_ns and stats.diagnostic_values(
@@ -455,3 +459,39 @@ def test_parameter_changes_are_refused_by_when_they_may_change():
     assert refusal("stale_timeout", float("nan"), "active")
     assert refusal("execution", "sideways", "active")
     assert check_live_value("not_an_inference_parameter", object()) is None
+
+
+# ------------------------------------------------------------ InstructionCheck
+def test_instruction_check_knows_the_families_of_its_vocabulary():
+    from arm_act.common.instructions import family_vocab, longest_instruction
+    from arm_act.nodes.instruction_check import InstructionCheck
+    from arm_act.policy.vocab import default_vocab
+
+    box = InstructionCheck(default_vocab(), 8)
+    assert box.families == ("box",)
+    assert box.verdict("Put the RED block in the box!", ["red", "blue"]) == ("put the red block in the box", "")
+    assert box.verdict("place the red block in the box", None) == ("", "the policy was not trained on the word 'place'")
+    assert "not trained on the relation task" in box.verdict("put the red block left of the blue block", None)[1]
+    assert box.verdict("put the red block in the box", ["blue"])[1].startswith("no red block on the table")
+    families = InstructionCheck(family_vocab(), longest_instruction())
+    sentence = "put the red one on top of the blue one"
+    assert families.verdict(sentence, None)[0] == sentence
+    assert InstructionCheck(family_vocab(), 8).verdict("stack the red block on top of the blue block", None)[1] == \
+        "10 words; the policy reads at most 8"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=80), st.lists(st.sampled_from(
+    ["put", "the", "red", "blue", "block", "in", "box", "on", "left", "of", "stack", "place", "x", "."]),
+    max_size=12).map(" ".join)), colours=st.one_of(st.none(), st.lists(st.sampled_from(["red", "blue", "green"]))))
+def test_instruction_check_never_crashes_and_never_guesses(text, colours):
+    from arm_act.common.instructions import family_vocab
+    from arm_act.nodes.instruction_check import InstructionCheck
+    from arm_act.policy.vocab import default_vocab
+    from arm_act.sim.instructions import parse_goal
+
+    for vocab in (default_vocab(), family_vocab()):
+        words, reason = InstructionCheck(vocab, 15).verdict(text, colours)
+        assert bool(words) != bool(reason)  # a sentence to act on, or a reason, never both
+        if words:  # everything the network reads is a word it was trained on, of a goal on the table
+            assert set(words.split()) <= set(vocab) and parse_goal(words, colours)

@@ -41,6 +41,7 @@ from arm_act.nodes import policy_parameters as params
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.inference_worker import InferenceWorker, Job
+from arm_act.nodes.instruction_check import InstructionCheck
 from arm_act.nodes.observation_sync import ObservationSync
 from arm_act.nodes.policy_stats import DiagnosticsInput, PolicyStats, diagnostic_status
 from arm_act.policy.runtime import PolicyRuntime
@@ -51,6 +52,7 @@ from arm_act.ros.qos import SENSOR_DATA
 
 class PolicyNode(ControllerNode, LifecycleNode):
     realtime_process = True  # its executable gets arm_act/common/realtime.py's settings
+    uses_objects = True  # the colours on the table: an instruction naming another is refused
 
     def __init__(self, runtime: PolicyRuntime | None = None, **kwargs):
         super().__init__("policy_node", **kwargs)
@@ -64,6 +66,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.last_error = ""
         self.enabled = True
         self.hold_pose: tuple[np.ndarray, float] | None = None  # inactive: the pose the arm holds
+        self.check: InstructionCheck | None = None  # configured: what the checkpoint can read
+        self.refusal = ""  # why the running instruction is refused ("" when it is not)
+        self._conditioned_on: str | None = None  # the words of the chunks the selector holds
         self.stats = PolicyStats(self.control_rate)
         self._create_interfaces()
         self.worker = InferenceWorker(self.inference_priority, self.get_logger())
@@ -109,6 +114,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.publish_attention = bool(self.get_parameter("publish_attention").value)
         with self.lock:
             self.runtime, self.selector = runtime, selector
+            self.check = InstructionCheck(runtime.config.vocab, runtime.config.max_instruction_tokens)
             self.sync.configure(tuple(runtime.config.cameras), runtime.config.image_size)
             self.last_error = ""
             self.lifecycle_state = self.state = "inactive"
@@ -138,7 +144,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.worker.stop()
         with self.lock:
-            self.runtime = self.selector = None
+            self.runtime = self.selector = self.check = None
             self.hold_pose = None
             self.lifecycle_state = self.state = "unconfigured"
             self.worker.drain()
@@ -232,11 +238,34 @@ class PolicyNode(ControllerNode, LifecycleNode):
         newest joint state, while active and once everything the policy reads is here."""
         info = self.episode_for(stamp_ns)
         if (self.selector is None or self.lifecycle_state != "active" or self.joint_positions is None
-                or info is None or self.instruction is None or not self.sync.sized_for_policy()):
+                or info is None or not self.sync.sized_for_policy()):
             return  # sized_for_policy: not for images received before configure knew the policy's size
+        words = self._readable_instruction()
+        if words is None:
+            return
         self.worker.submit(Job(info.episode, tick if tick is not None else info.tick_of(stamp_ns), stamp_ns,
                                self.sync.pair_images(), (self.joint_positions if joints is None else joints).copy(),
-                               self.instruction), self.selector)
+                               words), self.selector)
+
+    def _readable_instruction(self) -> str | None:
+        """(lock held) The running instruction's words for the network, or None: none yet, or
+        refused (arm_act/nodes/instruction_check.py; the reason logged once, kept in
+        self.refusal for policy/diagnostics)."""
+        if self.instruction is None or self.check is None:
+            return None
+        words, reason = self.check.verdict(self.instruction, self._table_colours())
+        if reason and reason != self.refusal:
+            self.stats["refused_instructions"] += 1
+            self.get_logger().error(f"refusing the instruction {self.instruction!r}: {reason}; the arm holds")
+        self.refusal = reason
+        return words or None
+
+    def _table_colours(self) -> list[str] | None:
+        """The colours of the blocks in the running episode's `objects`, None when unknown."""
+        info = self.episode
+        if self.objects is None or info is None or self.objects_stamp_ns < info.start_ns:
+            return None
+        return [o.colour for o in self.objects if o.kind == "block"]
 
     def _on_chunk(self, job: Job, pred, started: float, runtime, stop) -> bool:
         """The worker's chunk (on its thread): to the selector and policy/action_chunk, unless
@@ -245,10 +274,13 @@ class PolicyNode(ControllerNode, LifecycleNode):
             selector = self.selector
             if stop.is_set() or selector is None or runtime is not self.runtime:
                 return False  # nothing of this node is used any more
-            if self.sync.chunk_ended(job.episode, self.episode):
-                selector.forget(job.tick)
+            if self.sync.chunk_ended(job.episode, self.episode) or job.instruction != self._readable_instruction():
+                selector.forget(job.tick)  # its episode ended, or the goal changed since its pair
                 self.stats["stale_chunks_dropped"] += 1
                 return True
+            if job.instruction != self._conditioned_on:  # the first chunk of a new goal: the old ones go
+                selector.new_goal(self._conditioned_on is not None)
+                self._conditioned_on = job.instruction
             # Everything the worker spent on the pair (preprocessing included).
             self.stats.chunk_added((time.perf_counter() - started) * 1e3, pred.target)
             selector.add_chunk(job.tick, pred.actions, usable_tick=self.sync.usable_tick(job.tick),
@@ -304,6 +336,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if not self.enabled:
             self.state = "disabled"
             return None
+        if self._readable_instruction() is None and self.refusal:
+            self.state = "refused"
+            return self.hold_command()  # never a guess: the last command, else the measured pose
         selector = self.selector
         if self.mode == "realtime":
             self.stats.check_deadline()
@@ -350,7 +385,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
             values = self.stats.diagnostic_values(DiagnosticsInput(
                 state=self.state, lifecycle=self.lifecycle_state, waiting=self.waiting, last_error=self.last_error,
                 observation_age_ns=now - newest if newest >= 0 else None, missed_ticks=self.missed_ticks,
-                rejected_messages=rejections(self).total, commands=self.commands_published,
+                rejected_messages=rejections(self).total, commands=self.commands_published, refusal=self.refusal,
                 timing=self.answer_timing.values() if self.mode == "realtime" else {},
                 aim=None if self.selector is None else self.selector.aim,
                 colour_balance=getattr(self.runtime, "colour_balance", None)))

@@ -18,7 +18,7 @@ from arm_act.nodes.scheduling import gc_values
 
 # Counters that policy/diagnostics reports under their own names, in its order (after missed_ticks).
 LATE_COUNTERS = ("inference_failures", "stale_ticks", "pairs_joint_mismatch", "stale_chunks_dropped",
-                 "chunks_timed", "chunk_latency_ticks", "late_chunks", "rejected_images")
+                 "chunks_timed", "chunk_latency_ticks", "late_chunks", "rejected_images", "refused_instructions")
 
 
 @dataclasses.dataclass
@@ -36,6 +36,7 @@ class DiagnosticsInput:
     timing: dict[str, str]  # realtime: the answer timing's values
     aim: object | None = None  # the selector's grasp assist, when on
     colour_balance: object | None = None  # the runtime's, when on
+    refusal: str = ""  # why the running instruction is refused, "" when it is not
 
 
 class PolicyStats:
@@ -46,7 +47,7 @@ class PolicyStats:
         self.control_rate = control_rate
         self.counters: dict[str, float | int] = {
             "inference_ms": float("nan"), "deadline_misses": 0, "ticks_without_chunk": 0,
-            "inference_failures": 0, "rejected_images": 0,
+            "inference_failures": 0, "rejected_images": 0, "refused_instructions": 0,
             # realtime: ticks held on stale observations; camera pairs inferred with a joint
             # state of another tick; chunks of an ended episode, dropped
             "stale_ticks": 0, "pairs_joint_mismatch": 0, "stale_chunks_dropped": 0,
@@ -95,6 +96,7 @@ class PolicyStats:
             "lifecycle": node.lifecycle,
             "waiting_for": "; ".join(node.waiting) or "nothing",
             "last_error": node.last_error or "none",
+            "instruction_refused": node.refusal or "no",
             "inference_ms": f"{c['inference_ms']:.2f}",
             "observation_age_ms": f"{age / 1e6:.1f}" if age is not None else "nan",
             "ticks_without_fresh_chunk": str(c["ticks_without_chunk"]),
