@@ -337,7 +337,7 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
             assert wait_for(lambda: policy.episode is not None, timeout=10)
             objects.publish(conv.objects_msg(feed.t, [block("red"), block("green")]))
             _run_feed(executor, feed, 1.0)
-            assert policy.state == "ok" and policy.refusal == ""
+            assert policy.state == "ok" and policy.refusals.reason == ""
             for text, reason in (("stack the red block on the green block", "not trained on the stack task"),
                                  ("put the blue block in the box", "no blue block on the table"),
                                  ("put the red block in the bucket", "unknown word 'bucket'")):
@@ -345,7 +345,7 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
                 _run_feed(executor, feed, 0.3)  # the refusal takes effect within a camera period
                 chunks, held_from = policy.stats.chunks, len(feed.arm)
                 _run_feed(executor, feed, 0.5)
-                assert policy.state == "refused" and reason in policy.refusal, (text, policy.refusal)
+                assert policy.state == "refused" and reason in policy.refusals.reason, (text, policy.refusals.reason)
                 assert reason in _diag(feed, "instruction_refused")
                 assert policy.stats.chunks == chunks  # nothing inferred on a refused instruction
                 held = feed.arm[held_from:]

@@ -73,3 +73,32 @@ class InstructionCheck:
         if len(words) > self.max_tokens:
             return "", f"{len(words)} words; the policy reads at most {self.max_tokens}"
         return " ".join(words), ""
+
+
+def table_colours(objects, objects_stamp_ns: int, episode) -> list[str] | None:
+    """The colours of the blocks in the running episode's `objects` (ControllerNode's latest
+    markers and their stamp), None when there are none of this episode."""
+    if objects is None or episode is None or objects_stamp_ns < episode.start_ns:
+        return None
+    return [o.colour for o in objects if o.kind == "block"]
+
+
+class RefusalLog:
+    """The node's side of refusals: the reason of the running instruction ("" when it is
+    readable), logged and counted once per new reason, not once per tick."""
+
+    def __init__(self, logger, stats):
+        self.logger, self.stats = logger, stats
+        self.reason = ""
+
+    def words(self, check: InstructionCheck | None, instruction: str | None, colours) -> str | None:
+        """The instruction's words for the network, or None (no checkpoint or instruction
+        yet, or refused)."""
+        if instruction is None or check is None:
+            return None
+        words, reason = check.verdict(instruction, colours)
+        if reason and reason != self.reason:
+            self.stats["refused_instructions"] += 1
+            self.logger.error(f"refusing the instruction {instruction!r}: {reason}; the arm holds")
+        self.reason = reason
+        return words or None

@@ -29,7 +29,6 @@ import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray
@@ -41,9 +40,9 @@ from arm_act.nodes import policy_parameters as params
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.inference_worker import InferenceWorker, Job
-from arm_act.nodes.instruction_check import InstructionCheck
+from arm_act.nodes.instruction_check import InstructionCheck, RefusalLog, table_colours
 from arm_act.nodes.observation_sync import ObservationSync
-from arm_act.nodes.policy_stats import DiagnosticsInput, PolicyStats, diagnostic_status
+from arm_act.nodes.policy_stats import PolicyStats, diagnostic_status, node_input
 from arm_act.policy.runtime import PolicyRuntime
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
@@ -67,12 +66,12 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.enabled = True
         self.hold_pose: tuple[np.ndarray, float] | None = None  # inactive: the pose the arm holds
         self.check: InstructionCheck | None = None  # configured: what the checkpoint can read
-        self.refusal = ""  # why the running instruction is refused ("" when it is not)
         self._conditioned_on: str | None = None  # the words of the chunks the selector holds
         self.stats = PolicyStats(self.control_rate)
+        self.refusals = RefusalLog(self.get_logger(), self.stats)
         self._create_interfaces()
         self.worker = InferenceWorker(self.inference_priority, self.get_logger())
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_on_set_parameters_callback(lambda parameters: params.on_set_parameters(self, parameters))
         if self.get_parameter("autostart").value:
             if self.trigger_configure() == TransitionCallbackReturn.SUCCESS:
                 self.trigger_activate()
@@ -158,22 +157,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
     on_error = on_cleanup  # an error in a transition: release the model, back to unconfigured
 
-    # ------------------------------------------------------------ live parameters
-    def _on_set_parameters(self, parameters) -> SetParametersResult:
-        """Validate and apply `ros2 param set`: live parameters take effect now, configure-time
-        ones only while unconfigured, fixed ones never; the reason comes back to the caller."""
-        for param in parameters:
-            reason = params.refusal(param.name, param.value, self.lifecycle_state)
-            if reason:
-                return SetParametersResult(successful=False, reason=reason)
-        values = {p.name: p.value for p in parameters}
-        with self.lock:
-            params.apply_live(self, values)
-        for name in values:
-            if name in params.LIVE_PARAMETERS:
-                self.get_logger().info(f"{name} = {values[name]!r} from now on")
-        return SetParametersResult(successful=True)
-
     # ------------------------------------------------------------ inputs
     @guarded("{0} image")
     def image_callback(self, camera: str, msg: Image) -> None:
@@ -242,30 +225,16 @@ class PolicyNode(ControllerNode, LifecycleNode):
             return  # sized_for_policy: not for images received before configure knew the policy's size
         words = self._readable_instruction()
         if words is None:
-            return
+            return  # no instruction yet, or refused
         self.worker.submit(Job(info.episode, tick if tick is not None else info.tick_of(stamp_ns), stamp_ns,
                                self.sync.pair_images(), (self.joint_positions if joints is None else joints).copy(),
                                words), self.selector)
 
     def _readable_instruction(self) -> str | None:
         """(lock held) The running instruction's words for the network, or None: none yet, or
-        refused (arm_act/nodes/instruction_check.py; the reason logged once, kept in
-        self.refusal for policy/diagnostics)."""
-        if self.instruction is None or self.check is None:
-            return None
-        words, reason = self.check.verdict(self.instruction, self._table_colours())
-        if reason and reason != self.refusal:
-            self.stats["refused_instructions"] += 1
-            self.get_logger().error(f"refusing the instruction {self.instruction!r}: {reason}; the arm holds")
-        self.refusal = reason
-        return words or None
-
-    def _table_colours(self) -> list[str] | None:
-        """The colours of the blocks in the running episode's `objects`, None when unknown."""
-        info = self.episode
-        if self.objects is None or info is None or self.objects_stamp_ns < info.start_ns:
-            return None
-        return [o.colour for o in self.objects if o.kind == "block"]
+        refused (instruction_check.py; the reason in self.refusals.reason)."""
+        return self.refusals.words(self.check, self.instruction,
+                                   table_colours(self.objects, self.objects_stamp_ns, self.episode))
 
     def _on_chunk(self, job: Job, pred, started: float, runtime, stop) -> bool:
         """The worker's chunk (on its thread): to the selector and policy/action_chunk, unless
@@ -336,7 +305,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         if not self.enabled:
             self.state = "disabled"
             return None
-        if self._readable_instruction() is None and self.refusal:
+        if self._readable_instruction() is None and self.refusals.reason:
             self.state = "refused"
             return self.hold_command()  # never a guess: the last command, else the measured pose
         selector = self.selector
@@ -378,17 +347,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
         return response
 
     def publish_diagnostics(self) -> None:
-        now = self.get_clock().now().nanoseconds
         with self.lock:
             self.waiting = self.waiting_for()
-            newest = self.sync.newest_stamp()
-            values = self.stats.diagnostic_values(DiagnosticsInput(
-                state=self.state, lifecycle=self.lifecycle_state, waiting=self.waiting, last_error=self.last_error,
-                observation_age_ns=now - newest if newest >= 0 else None, missed_ticks=self.missed_ticks,
-                rejected_messages=rejections(self).total, commands=self.commands_published, refusal=self.refusal,
-                timing=self.answer_timing.values() if self.mode == "realtime" else {},
-                aim=None if self.selector is None else self.selector.aim,
-                colour_balance=getattr(self.runtime, "colour_balance", None)))
+            values = self.stats.diagnostic_values(node_input(self, self.get_clock().now().nanoseconds))
         array = DiagnosticArray(status=[diagnostic_status(values, self.waiting)])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(array)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 
 from arm_act.assist.panda import panda_aim
 from arm_act.common import realtime
@@ -149,6 +149,23 @@ def load_policy(node, runtime: PolicyRuntime | None, camera_topics) -> tuple[Pol
                                   "graph has no attention output); set it false to use the "
                                   f"{runtime.backend} backend")
     return runtime, selector
+
+
+def on_set_parameters(node, parameters) -> SetParametersResult:
+    """The node's parameter callback for `ros2 param set`: live parameters take effect now,
+    configure-time ones only while unconfigured, fixed ones never; the reason of a refusal
+    comes back to the caller."""
+    for param in parameters:
+        reason = refusal(param.name, param.value, node.lifecycle_state)
+        if reason:
+            return SetParametersResult(successful=False, reason=reason)
+    values = {p.name: p.value for p in parameters}
+    with node.lock:
+        apply_live(node, values)
+    for name in values:
+        if name in LIVE_PARAMETERS:
+            node.get_logger().info(f"{name} = {values[name]!r} from now on")
+    return SetParametersResult(successful=True)
 
 
 def apply_live(node, values: dict) -> None:

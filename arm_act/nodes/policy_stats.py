@@ -14,6 +14,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 from arm_act.common import realtime
+from arm_act.nodes.guard import rejections
 from arm_act.nodes.scheduling import gc_values
 
 # Counters that policy/diagnostics reports under their own names, in its order (after missed_ticks).
@@ -37,6 +38,18 @@ class DiagnosticsInput:
     aim: object | None = None  # the selector's grasp assist, when on
     colour_balance: object | None = None  # the runtime's, when on
     refusal: str = ""  # why the running instruction is refused, "" when it is not
+
+
+def node_input(node, now_ns: int) -> DiagnosticsInput:
+    """What policy/diagnostics reports of a PolicyNode itself (lock held)."""
+    newest = node.sync.newest_stamp()
+    return DiagnosticsInput(
+        state=node.state, lifecycle=node.lifecycle_state, waiting=node.waiting, last_error=node.last_error,
+        observation_age_ns=now_ns - newest if newest >= 0 else None, missed_ticks=node.missed_ticks,
+        rejected_messages=rejections(node).total, commands=node.commands_published,
+        timing=node.answer_timing.values() if node.mode == "realtime" else {},
+        aim=None if node.selector is None else node.selector.aim,
+        colour_balance=getattr(node.runtime, "colour_balance", None), refusal=node.refusals.reason)
 
 
 class PolicyStats:
