@@ -1,5 +1,8 @@
 """Message conversions: images in every supported encoding, bad sizes, NaN joints,
 commands, the episode JSON and object markers."""
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 from sensor_msgs.msg import Image, JointState
@@ -98,6 +101,13 @@ def test_episode_json_round_trip_and_rejects_garbage():
         conv.episode_from_msg(String(data="{not json"))
     with pytest.raises(conv.ConversionError):
         conv.episode_from_msg(String(data='{"episode": 1}'))
+    assert "colours" not in conv.episode_msg(info).data  # not stated: the message as before the field
+    stated = dataclasses.replace(info, colours=("blue", "red"))
+    assert conv.episode_from_msg(conv.episode_msg(stated)).colours == ("blue", "red")
+    for bad in ('"red"', "[1, 2]", '[""]', json.dumps(["red"] * 17)):
+        text = conv.episode_msg(info).data[:-1] + f', "colours": {bad}}}'
+        with pytest.raises(conv.ConversionError, match="episode"):
+            conv.episode_from_msg(String(data=text))
 
 
 def test_objects_round_trip():

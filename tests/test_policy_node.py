@@ -81,7 +81,8 @@ class FeedNode(Node):
         self.images_on = True
         self.image_encoding = "rgb8"
         info = conv.EpisodeInfo(episode=0, seed=0, n_blocks=3, state="running",
-                                instruction="put the red block in the box", time=0.0, start=1.0)
+                                instruction="put the red block in the box", time=0.0, start=1.0,
+                                colours=("green", "red"))
         self.task.publish(conv.task_msg(info.instruction))
         self.episode.publish(conv.episode_msg(info))
 
@@ -317,17 +318,8 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
     each is refused with one counted log line and a diagnostics entry naming it; the arm
     holds (the same command every tick), no inference runs. A readable instruction again
     (any case, punctuation) resumes; a new goal's first chunk replaces the old goal's."""
-    from visualization_msgs.msg import MarkerArray
-
-    from arm_act.sim.task import ObjectState
-
     feed, policy, executor = _start(ros_context, dict(parameter_overrides=_params(
         mode="realtime", checkpoint=str(tiny_checkpoint))))
-    objects = feed.create_publisher(MarkerArray, "objects", 10)
-
-    def block(colour):
-        return ObjectState(colour, "block", colour, np.ones(4), np.array([0.5, 0.0, 0.02]), np.array([0, 0, 0, 1.0]),
-                           np.full(3, 0.04))
 
     def say(text):
         feed.task.publish(conv.task_msg(text))
@@ -335,7 +327,7 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
     try:
         with spinning(executor):
             assert wait_for(lambda: policy.episode is not None, timeout=10)
-            objects.publish(conv.objects_msg(feed.t, [block("red"), block("green")]))
+            assert policy.episode.colours == ("green", "red")  # the table, as the episode states it
             _run_feed(executor, feed, 1.0)
             assert policy.state == "ok" and policy.refusals.reason == ""
             for text, reason in (("stack the red block on the green block", "not trained on the stack task"),

@@ -8,8 +8,8 @@ so policy_node holds the arm instead, logs the reason once and reports it in
 policy/diagnostics (`instruction_refused`). The checks, in order:
 
 - the parser (arm_act.sim.instructions.parse_goal) gives a goal: known words, one or two
-  colours, one place; with the colours of the blocks on the table (from `objects`, when
-  there are markers of the running episode) each named colour must be there;
+  colours, one place; where the `episode` message states the colours of the blocks on the
+  table (EpisodeInfo.colours; sim_node does), each named colour must be one of them;
 - the goal's family is one the checkpoint knows: every word of the family's canonical
   sentence is in its vocabulary (the shipped box-only checkpoint knows box);
 - every word is in the checkpoint's vocabulary and fits its instruction tokens.
@@ -73,14 +73,6 @@ class InstructionCheck:
         if len(words) > self.max_tokens:
             return "", f"{len(words)} words; the policy reads at most {self.max_tokens}"
         return " ".join(words), ""
-
-
-def table_colours(objects, objects_stamp_ns: int, episode) -> list[str] | None:
-    """The colours of the blocks in the running episode's `objects` (ControllerNode's latest
-    markers and their stamp), None when there are none of this episode."""
-    if objects is None or episode is None or objects_stamp_ns < episode.start_ns:
-        return None
-    return [o.colour for o in objects if o.kind == "block"]
 
 
 class RefusalLog:

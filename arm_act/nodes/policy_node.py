@@ -40,7 +40,7 @@ from arm_act.nodes import policy_parameters as params
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.inference_worker import InferenceWorker, Job
-from arm_act.nodes.instruction_check import InstructionCheck, RefusalLog, table_colours
+from arm_act.nodes.instruction_check import InstructionCheck, RefusalLog
 from arm_act.nodes.observation_sync import ObservationSync
 from arm_act.nodes.policy_stats import PolicyStats, diagnostic_status, node_input
 from arm_act.policy.runtime import PolicyRuntime
@@ -51,7 +51,6 @@ from arm_act.ros.qos import SENSOR_DATA
 
 class PolicyNode(ControllerNode, LifecycleNode):
     realtime_process = True  # its executable gets arm_act/common/realtime.py's settings
-    uses_objects = True  # the colours on the table: an instruction naming another is refused
 
     def __init__(self, runtime: PolicyRuntime | None = None, **kwargs):
         super().__init__("policy_node", **kwargs)
@@ -233,8 +232,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
     def _readable_instruction(self) -> str | None:
         """(lock held) The running instruction's words for the network, or None: none yet, or
         refused (instruction_check.py; the reason in self.refusals.reason)."""
-        return self.refusals.words(self.check, self.instruction,
-                                   table_colours(self.objects, self.objects_stamp_ns, self.episode))
+        return self.refusals.words(self.check, self.instruction, None if self.episode is None else self.episode.colours)
 
     def _on_chunk(self, job: Job, pred, started: float, runtime, stop) -> bool:
         """The worker's chunk (on its thread): to the selector and policy/action_chunk, unless

@@ -231,6 +231,7 @@ class SimNode(Node):
             episode=self.episode_index, seed=self.env.seed, n_blocks=self.env.n_blocks, state=state,
             instruction=self.env.instruction, time=round(self.sim_time - self.episode_start, 6),
             start=self.episode_start, control_rate=self.control_rate, camera_rate=self.camera_rate,
+            colours=tuple(sorted({o.colour for o in self.env.objects() if o.kind == "block"})),
         )
 
     def _publish_episode(self, state: str) -> None:

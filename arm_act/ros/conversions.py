@@ -26,6 +26,7 @@ from arm_act.sim.robot import JOINT_NAMES  # re-exported: the joint order of eve
 ARM_JOINTS = len(_ARM_JOINT_NAMES)  # arm joints in a command; the gripper is a separate topic
 WORLD_FRAME = "world"
 MAX_STAMP_S = 2.0**31  # builtin_interfaces/Time holds int32 seconds
+MAX_EPISODE_COLOURS = 16  # EpisodeInfo.colours: more than any table holds
 ARM_COMMAND_TOPIC = "arm_controller/commands"
 GRIPPER_COMMAND_TOPIC = "gripper_controller/commands"
 # bag_recorder's report (std_msgs/String JSON, {topic: publishers its reader has matched}),
@@ -251,6 +252,9 @@ class EpisodeInfo:
     start: float = 0.0  # sim time (/clock) of the episode's first tick
     control_rate: int = 50
     camera_rate: int = 10
+    # The colours of the blocks on the table, as the episode's setup states them (sorted);
+    # None where the publisher does not say. policy_node refuses an instruction naming another.
+    colours: tuple[str, ...] | None = None
 
     @property
     def start_ns(self) -> int:
@@ -275,10 +279,21 @@ class EpisodeInfo:
         if not (1 <= self.control_rate <= 10_000 and 1 <= self.camera_rate <= self.control_rate):
             raise ConversionError(f"episode rates control_rate={self.control_rate}, camera_rate={self.camera_rate} "
                                   "must satisfy 1 <= camera_rate <= control_rate <= 10000")
+        if self.colours is not None:
+            if (not isinstance(self.colours, (list, tuple)) or len(self.colours) > MAX_EPISODE_COLOURS
+                    or not all(isinstance(c, str) and 0 < len(c) <= 32 for c in self.colours)):
+                raise ConversionError(f"episode colours {self.colours!r:.80} must be a list of at most "
+                                      f"{MAX_EPISODE_COLOURS} colour names")
+            object.__setattr__(self, "colours", tuple(self.colours))
 
 
 def episode_msg(info: EpisodeInfo) -> String:
-    return String(data=json.dumps(info.__dict__, sort_keys=True))
+    fields = dict(info.__dict__)
+    if info.colours is None:
+        del fields["colours"]  # not stated: the message is as before the field existed
+    else:
+        fields["colours"] = list(info.colours)
+    return String(data=json.dumps(fields, sort_keys=True))
 
 
 def episode_from_msg(msg: String) -> EpisodeInfo:
@@ -296,6 +311,7 @@ def episode_from_msg(msg: String) -> EpisodeInfo:
             start=float(fields.get("start", 0.0)),
             control_rate=int(fields.get("control_rate", 50)),
             camera_rate=int(fields.get("camera_rate", 10)),
+            colours=fields.get("colours"),
         )
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise ConversionError(f"episode message is not the documented JSON: {exc}") from exc
