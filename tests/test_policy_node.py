@@ -351,3 +351,26 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
     finally:
         policy.destroy_node()
         feed.destroy_node()
+
+
+def test_camera_subscriptions_silent_while_joints_arrive_are_made_again(ros_context, tiny_checkpoint):
+    """The watchdog of a restarted node that never matched the cameras (silent_inputs.py):
+    after image_timeout without images, while joint states arrive, the camera subscriptions
+    are made again, and the new ones deliver."""
+    feed, policy, executor = _start(ros_context, dict(parameter_overrides=_params(
+        mode="realtime", checkpoint=str(tiny_checkpoint), image_timeout=0.5)))
+    try:
+        with spinning(executor):
+            assert wait_for(lambda: policy.episode is not None, timeout=10)
+            feed.images_on = False
+            _run_feed(executor, feed, 1.5)
+            assert policy.cameras_in.resubscriptions >= 1
+            assert int(_diag(feed, "image_resubscriptions")) >= 1
+            made = policy.cameras_in.resubscriptions
+            feed.images_on = True
+            _run_feed(executor, feed, 1.5)
+            assert policy.stats.chunks > 0 and policy.state == "ok"  # through the new subscriptions
+            assert policy.cameras_in.resubscriptions == made  # delivering: left alone
+    finally:
+        policy.destroy_node()
+        feed.destroy_node()

@@ -401,14 +401,14 @@ def test_deadline_misses_count_ticks_more_than_one_and_a_half_periods_apart():
 def test_diagnostic_values_keep_their_keys_and_order():
     stats = PolicyStats(control_rate=50)
     values = stats.diagnostic_values(_diag_input())
-    assert list(values)[:23] == [
+    assert list(values)[:24] == [
         "state", "lifecycle", "waiting_for", "last_error", "instruction_refused", "inference_ms",
         "observation_age_ms", "ticks_without_fresh_chunk", "deadline_misses", "missed_ticks", "inference_failures",
         "stale_ticks", "pairs_joint_mismatch", "stale_chunks_dropped", "chunks_timed", "chunk_latency_ticks",
-        "late_chunks", "rejected_images", "refused_instructions", "rejected_messages", "chunks", "commands",
-        "memory_locked"]
-    assert list(values)[23:27] == ["gc_pauses", "gc_max_ms", "gc_full", "gc_full_max_ms"]
-    assert list(values)[27:] == ["answer_ms_max", "assist", "colour_gains"]
+        "late_chunks", "rejected_images", "refused_instructions", "rejected_messages", "image_resubscriptions",
+        "chunks", "commands", "memory_locked"]
+    assert list(values)[24:28] == ["gc_pauses", "gc_max_ms", "gc_full", "gc_full_max_ms"]
+    assert list(values)[28:] == ["answer_ms_max", "assist", "colour_gains"]
     assert values["inference_ms"] == "nan" and values["observation_age_ms"] == "12.3"
     assert values["instruction_refused"] == "no"
     assert values["waiting_for"] == "nothing" and values["last_error"] == "none"
@@ -495,3 +495,31 @@ def test_instruction_check_never_crashes_and_never_guesses(text, colours):
         assert bool(words) != bool(reason)  # a sentence to act on, or a reason, never both
         if words:  # everything the network reads is a word it was trained on, of a goal on the table
             assert set(words.split()) <= set(vocab) and parse_goal(words, colours)
+
+
+# ------------------------------------------------------------ SilentInputs
+def test_silent_subscriptions_are_made_again_with_a_growing_wait():
+    from arm_act.nodes.silent_inputs import SilentInputs
+
+    made, destroyed, warnings = [], [], []
+    node = SimpleNamespace(destroy_subscription=destroyed.append,
+                           get_logger=lambda: SimpleNamespace(warning=warnings.append))
+
+    def create():
+        made.append([f"sub{len(made)}a", f"sub{len(made)}b"])
+        return made[-1]
+
+    watch = SilentInputs(node, create, 2.0, "camera images")
+    t0 = watch.since
+    assert not watch.check(True, t0 + 1.9)  # not silent for long enough yet
+    assert not watch.check(False, t0 + 10)  # the other inputs are silent too: nothing to blame on these
+    assert watch.check(True, t0 + 2.1) and destroyed == ["sub0a", "sub0b"] and watch.subscriptions == ["sub1a", "sub1b"]
+    assert "no camera images for 2.1 s" in warnings[0]
+    assert not watch.check(True, t0 + 2.1 + 3.9)  # the wait doubled: 4 s
+    assert watch.check(True, t0 + 2.1 + 4.0) and watch.resubscriptions == 2
+    for _ in range(5):
+        watch.check(True, watch.since + 1000)
+    assert watch._backoff == 8  # at most 8x the timeout between tries
+    watch.received()  # images again: the next silence waits the timeout once more
+    assert watch._backoff == 1 and not watch.check(True, watch.since + 1.9)
+    assert SilentInputs(node, create, 0.0, "x").check(True, 1e9) is False  # 0 turns it off

@@ -43,6 +43,7 @@ from arm_act.nodes.inference_worker import InferenceWorker, Job
 from arm_act.nodes.instruction_check import InstructionCheck, RefusalLog
 from arm_act.nodes.observation_sync import ObservationSync
 from arm_act.nodes.policy_stats import PolicyStats, diagnostic_status, node_input
+from arm_act.nodes.silent_inputs import SilentInputs
 from arm_act.policy.runtime import PolicyRuntime
 from arm_act.policy.selection import ActionSelector
 from arm_act.ros import conversions as conv
@@ -87,9 +88,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
         # checkpoint wants exactly these.
         self.camera_topics = {"front": str(p("front_topic").value), "wrist": str(p("wrist_topic").value)}
         self.sync = ObservationSync(tuple(self.camera_topics), self.mode == "realtime", MAX_FUTURE_S)
-        for camera, topic in self.camera_topics.items():
-            self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg),
-                                     SENSOR_DATA)
+        self.cameras_in = SilentInputs(self, lambda: [
+            self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg), SENSOR_DATA)
+            for camera, topic in self.camera_topics.items()], float(p("image_timeout").value), "camera images")
         self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
         # For viewers: the mean cross-attention of the action queries over each camera's
         # patches (Float32MultiArray, dims camera x row x col), one per chunk.
@@ -159,6 +160,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
     # ------------------------------------------------------------ inputs
     @guarded("{0} image")
     def image_callback(self, camera: str, msg: Image) -> None:
+        self.cameras_in.received()
         try:
             stamp, rgb = self.sync.decode(camera, msg, self._clock_ns)
         except conv.ConversionError:
@@ -345,6 +347,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         return response
 
     def publish_diagnostics(self) -> None:
+        joints = self._joint_in  # (stamp, system-clock ns of the callback) of the newest joint state
+        self.cameras_in.check(joints is not None and time.time_ns() - joints[1] < 1_000_000_000)
         with self.lock:
             self.waiting = self.waiting_for()
             values = self.stats.diagnostic_values(node_input(self, self.get_clock().now().nanoseconds))

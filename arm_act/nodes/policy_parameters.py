@@ -47,7 +47,7 @@ CONFIGURE_PARAMETERS = ("checkpoint", "backend", "torch_threads", "device", "lat
                         "regrasps", "regrasp_retry", "publish_attention")
 # Fixed when the node is created.
 FIXED_PARAMETERS = ("mode", "control_rate", "front_topic", "wrist_topic", "autostart", "thread_priority",
-                    "inference_thread_priority", "lock_memory")
+                    "inference_thread_priority", "lock_memory", "image_timeout")
 INFERENCE_PARAMETERS = {meta_name(f) for f in inference_fields()}
 
 
@@ -82,6 +82,9 @@ def declare_parameters(node) -> None:
     # Configure and activate at start-up (`ros2 run`, launch, a respawn); false: wait,
     # unconfigured, for `ros2 lifecycle set`.
     declare("autostart", True)
+    # Wall seconds without a camera image, while joint states arrive, before the camera
+    # subscriptions are made again (arm_act/nodes/silent_inputs.py); 0: never.
+    declare("image_timeout", 5.0)
     # SCHED_FIFO priority of the control tick (the executor thread; ros2_control's
     # thread_priority, 0: normal), and of the inference thread (0: normal; else below the tick's).
     declare("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,

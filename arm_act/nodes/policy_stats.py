@@ -38,6 +38,7 @@ class DiagnosticsInput:
     aim: object | None = None  # the selector's grasp assist, when on
     colour_balance: object | None = None  # the runtime's, when on
     refusal: str = ""  # why the running instruction is refused, "" when it is not
+    resubscriptions: int = 0  # times the camera subscriptions were made again (silent_inputs.py)
 
 
 def node_input(node, now_ns: int) -> DiagnosticsInput:
@@ -49,7 +50,8 @@ def node_input(node, now_ns: int) -> DiagnosticsInput:
         rejected_messages=rejections(node).total, commands=node.commands_published,
         timing=node.answer_timing.values() if node.mode == "realtime" else {},
         aim=None if node.selector is None else node.selector.aim,
-        colour_balance=getattr(node.runtime, "colour_balance", None), refusal=node.refusals.reason)
+        colour_balance=getattr(node.runtime, "colour_balance", None), refusal=node.refusals.reason,
+        resubscriptions=node.cameras_in.resubscriptions)
 
 
 class PolicyStats:
@@ -117,6 +119,7 @@ class PolicyStats:
             "missed_ticks": str(node.missed_ticks),
             **{name: str(c[name]) for name in LATE_COUNTERS},
             "rejected_messages": str(node.rejected_messages),
+            "image_resubscriptions": str(node.resubscriptions),
             "chunks": str(self.chunks),
             "commands": str(node.commands),
             "memory_locked": str(realtime.memory_locked()).lower(),
