@@ -58,11 +58,13 @@ class EncoderLayer(nn.Module):
         self.mlp = MLP(width, mlp_ratio, dropout)
         self.mlp_res = _Residual(width, dropout, pre_ln)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, N, D), mask bool broadcastable to (B, H, N, N) -> (B, N, D)."""
-        update, _ = self.attn(self.attn_res.sublayer_input(x), mask=mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D), mask bool broadcastable to (B, H, N, N) -> ((B, N, D), the
+        self-attention weights (B, H, N, N) if need_weights else None)."""
+        update, weights = self.attn(self.attn_res.sublayer_input(x), mask=mask, need_weights=need_weights)
         x = self.attn_res.add(x, update)
-        return self.mlp_res.add(x, self.mlp(self.mlp_res.sublayer_input(x)))  # (B, N, D)
+        return self.mlp_res.add(x, self.mlp(self.mlp_res.sublayer_input(x))), weights  # (B, N, D)
 
 
 class DecoderLayer(nn.Module):
@@ -104,10 +106,16 @@ class Encoder(nn.Module):
                                     for _ in range(layers))
         self.norm = nn.LayerNorm(width) if pre_ln else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows: slice | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> (B, N, D), and with `rows` (a slice of the tokens) the self-attention
+        weights of those tokens averaged over the layers (B, H, rows, N), else None."""
+        total = None
         for layer in self.layers:
-            x = layer(x, mask)  # (B, N, D)
-        return self.norm(x)
+            x, weights = layer(x, mask, need_weights=rows is not None)  # (B, N, D)
+            if weights is not None:
+                total = weights[:, :, rows] if total is None else total + weights[:, :, rows]
+        return self.norm(x), None if total is None else total / len(self.layers)
 
 
 class Decoder(nn.Module):

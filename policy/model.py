@@ -83,6 +83,9 @@ class PolicyOutput:
     cross_attention: torch.Tensor | None  # (B, heads, K, N) last decoder layer, if asked
     target: torch.Tensor | None = None  # (B, 3) named block's position (m), with a target head
     target_logits: torch.Tensor | None = None  # (B, C, h*w) "the named block is in this patch"
+    # (B, heads, L, N): the instruction tokens' self-attention in the encoder, averaged over
+    # its layers, if asked (where the words look in the images: policy.runtime)
+    instruction_attention: torch.Tensor | None = None
 
 
 class CVAEEncoder(nn.Module):
@@ -111,7 +114,7 @@ class CVAEEncoder(nn.Module):
         if action_mask is not None:
             head = torch.ones(b, 2, dtype=torch.bool, device=state.device)
             mask = key_padding_mask(torch.cat([head, action_mask], dim=1))  # (B, 1, 1, K+2)
-        h = self.encoder(x, mask)  # (B, K+2, D)
+        h, _ = self.encoder(x, mask)  # (B, K+2, D)
         mu, logvar = self.to_latent(h[:, 0]).chunk(2, dim=-1)  # (B, latent) each
         return mu, logvar
 
@@ -176,7 +179,8 @@ class ACTPolicy(nn.Module):
         With the CVAE, the latent is sampled from q(z | state, actions) in training mode
         (noise from `generator`), its mean in eval mode, and z = 0 (the prior's mean, ACT's
         inference) when no actions are given. need_weights returns the last decoder layer's
-        cross-attention weights (B, heads, K, N). -> PolicyOutput.
+        cross-attention weights (B, heads, K, N) and the instruction tokens' encoder
+        self-attention averaged over the layers (B, heads, L, N). -> PolicyOutput.
         """
         cfg = self.config
         self._check_inputs(images, state, instruction_ids, instruction_mask, actions, action_mask)
@@ -205,7 +209,7 @@ class ACTPolicy(nn.Module):
             valid = torch.ones(b, self.layout.n_tokens, dtype=torch.bool, device=x.device)
             valid[:, self.layout.instruction] = instruction_mask
             mask = key_padding_mask(valid)  # (B, 1, 1, N)
-        memory = self.encoder(x, mask)  # (B, N, D)
+        memory, words_attention = self.encoder(x, mask, self.layout.instruction if need_weights else None)
         queries = self.action_queries.expand(b, -1, -1)  # (B, K, D)
         target = logits = None
         if self.target_head is not None:
@@ -219,7 +223,8 @@ class ACTPolicy(nn.Module):
             if self.target_to_queries is not None:
                 queries = queries + self.target_to_queries(estimate)[:, None]  # (B, K, D)
         h, weights = self.decoder(queries, memory, mask, need_weights=need_weights)  # (B, K, D)
-        return PolicyOutput(self.head(h), mu, logvar, weights, target, logits)  # actions (B, K, A)
+        return PolicyOutput(self.head(h), mu, logvar, weights, target, logits,  # actions (B, K, A)
+                            words_attention)
 
     def loss(self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

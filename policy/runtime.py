@@ -144,6 +144,8 @@ class ChunkPrediction:
     latency_s: float  # wall time of the forward pass
     attention: dict[str, np.ndarray] | None  # {camera: (grid, grid)} mean cross-attention
     target: np.ndarray | None = None  # (3,) where the target head places the named block (m)
+    # {camera: (grid, grid)}: the instruction's words' mean encoder self-attention over the patches
+    instruction_attention: dict[str, np.ndarray] | None = None
 
 
 class PolicyRuntime:
@@ -266,13 +268,15 @@ class PolicyRuntime:
             pixels, state = pixels.to(self.device), state.to(self.device)
         ids, ids_mask = self._instruction_tokens(instruction)
         start = time.perf_counter()
-        cross_attention = target = None
+        cross_attention = target = words = None
         if self._onnx is not None and not need_attention:
             normalised, target = self._onnx.predict(pixels, state, ids, ids_mask)  # (1, K, A), (3,) m or None
         else:
             out = self.model(pixels, state, ids, ids_mask, need_weights=need_attention)
             normalised = out.actions.cpu()
             cross_attention = None if out.cross_attention is None else out.cross_attention.cpu()
+            if out.instruction_attention is not None:  # (1, H, L, N): the real words, over heads
+                words = out.instruction_attention[0].mean(dim=0)[ids_mask[0].cpu()].mean(dim=0).cpu()  # (N,)
             if out.target is not None:
                 target = out.target[0].double().cpu().numpy()  # (3,) m
         latency = time.perf_counter() - start
@@ -283,7 +287,11 @@ class PolicyRuntime:
         if need_attention and cross_attention is not None:
             mean = cross_attention[0].mean(dim=(0, 1))  # (N,) over heads and queries
             attention = {k: v.numpy() for k, v in self.model.layout.patch_grids(mean).items()}
-        return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention, target)
+        instruction_attention = None
+        if words is not None:
+            instruction_attention = {k: v.numpy() for k, v in self.model.layout.patch_grids(words).items()}
+        return ChunkPrediction(np.asarray(actions, dtype=np.float64), latency, attention, target,
+                               instruction_attention)
 
     def add_chunk(self, start_tick: int, actions: np.ndarray) -> None:
         self.executor.add_chunk(start_tick, actions)

@@ -31,7 +31,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -638,8 +638,11 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
           data_info: Mapping[str, Any] | None = None, stop_after: int | None = None,
           grounding: Sequence = (), device: str = "auto", precision: str = "auto",
           prefetch: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-          sync_every: int | None = None) -> dict[str, Any]:
+          sync_every: int | None = None, phrasings: Callable[[str], Sequence[str]] | None = None) -> dict[str, Any]:
     """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
+
+    phrasings: instruction -> the sentences of its goal, which TrainConfig.paraphrase draws
+    from (policy.data.ChunkDataset; arm_act.common.instructions.training_phrasings_of).
 
     grounding: frames without actions (has_actions=False, e.g. arm_act.data.grounding) that train
     only the target head; val_fraction of them (at least one) is held out and reported as
@@ -710,12 +713,10 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         else:
             normalizer = init[1] if init else fit_normalizer(train_eps, cfg.cameras)
         hold = tcfg.hold_after_end
-        phrasings = None
-        if tcfg.paraphrase:
-            from arm_act.common.instructions import training_phrasings_of
-            phrasings = training_phrasings_of
+        if tcfg.paraphrase and phrasings is None:
+            raise ValueError("paraphrase needs the phrasings of each goal (train(..., phrasings=...))")
         train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold,
-                                 phrasings=phrasings)
+                                 phrasings=phrasings if tcfg.paraphrase else None)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer, hold) if val_ids else None
         ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
                           if ground_val else None)

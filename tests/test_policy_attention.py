@@ -104,7 +104,7 @@ def test_self_attention_is_permutation_equivariant():
     torch.testing.assert_close(mha(x[:, perm])[0], mha(x)[0][:, perm], rtol=1e-5, atol=1e-6)
     torch.manual_seed(0)
     block = EncoderLayer(16, 4, 4, 0.0, pre_ln=True).eval()
-    torch.testing.assert_close(block(x[:, perm]), block(x)[:, perm], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(block(x[:, perm])[0], block(x)[0][:, perm], rtol=1e-5, atol=1e-6)
 
 
 def test_cross_attention_is_invariant_to_shuffling_keys_and_values():
@@ -176,3 +176,30 @@ def test_patchify_is_row_major_per_camera():
     # Patch (row 1, col 0) of camera 1 starts at pixel (2, 0) of channel 0.
     assert patches[0, 1, 2, 0] == img[0, 1, 0, 2, 0]
     assert patches[0, 1, 2, 4 + 1] == img[0, 1, 1, 2, 1]  # channel 1, pixel (2, 1)
+
+
+def test_the_instructions_attention_is_the_words_rows_averaged_over_layers():
+    """need_weights also gives where the instruction's words look: the encoder self-attention
+    rows of the instruction tokens, averaged over the layers, exactly the explicit weights."""
+    from arm_act.policy.config import PolicyConfig
+    from arm_act.policy.model import ACTPolicy
+
+    torch.manual_seed(0)
+    config = PolicyConfig(image_size=32, width=32, heads=2, encoder_layers=2, chunk_size=4, dropout=0.0)
+    model = ACTPolicy(config).eval()
+    images, state = torch.rand(1, 2, 3, 32, 32), torch.zeros(1, 9)
+    ids = torch.tensor([[2, 3, 4, 5, 6, 3, 7, 0]])  # "put the red block in the box" + padding
+    mask = ids != 0
+    out = model(images, state, ids, mask, need_weights=True)
+    words = out.instruction_attention  # (B, H, L, N)
+    assert words.shape == (1, 2, config.max_instruction_tokens, config.encoder_tokens)
+    torch.testing.assert_close(words[0, :, :7].sum(-1), torch.ones(2, 7))  # each layer's rows sum to 1
+    assert torch.all(words[0, :, :, model.layout.instruction.start + 7] == 0)  # the padding is never attended
+    # The same rows, by hand, through the layers' explicit attention.
+    captured = []
+    for layer in model.encoder.layers:
+        layer.attn.register_forward_hook(lambda _m, _i, o: captured.append(o[1]))
+    model(images, state, ids, mask, need_weights=True)
+    by_hand = sum(w[:, :, model.layout.instruction] for w in captured) / len(captured)
+    torch.testing.assert_close(words, by_hand)
+    assert model(images, state, ids, mask).instruction_attention is None  # not asked: not computed

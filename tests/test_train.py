@@ -156,14 +156,14 @@ def test_init_from_starts_at_the_checkpoints_weights_and_statistics(tmp_path):
 
 
 def test_init_from_grows_the_vocabulary_and_the_instruction_tokens(tmp_path):
-    from arm_act.common.instructions import family_vocab, longest_instruction
+    from arm_act.common.instructions import family_vocab, longest_instruction, training_phrasings_of
 
     base = tmp_path / "base"
     train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST), base, progress=False)
     grown_cfg = PolicyConfig(**TINY, vocab=family_vocab(), max_instruction_tokens=longest_instruction())
     tuned = tmp_path / "tuned"
     train(episodes(), grown_cfg, TrainConfig(steps=2, lr=1e-12, init_from=str(base), paraphrase=True, **FAST),
-          tuned, progress=False)
+          tuned, progress=False, phrasings=training_phrasings_of)
     a, b = weights(tuned), weights(base)
     assert a.keys() == b.keys()
     old_words = len(PolicyConfig().vocab)
@@ -185,9 +185,14 @@ def test_init_from_grows_the_vocabulary_and_the_instruction_tokens(tmp_path):
 
 
 def test_paraphrase_needs_a_vocabulary_that_holds_every_phrasing(tmp_path):
+    from arm_act.common.instructions import training_phrasings_of
+
     # The default vocabulary lacks "place", "drop", "one", ...: training would feed <unk>.
     with pytest.raises(TrainingError, match="outside the policy's vocabulary"):
         train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=2, paraphrase=True, **FAST), tmp_path / "p",
+              progress=False, phrasings=training_phrasings_of)
+    with pytest.raises(TrainingError, match="paraphrase needs the phrasings"):
+        train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=2, paraphrase=True, **FAST), tmp_path / "q",
               progress=False)
 
 

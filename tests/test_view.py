@@ -33,6 +33,7 @@ ROWS_PER_MESSAGE = {
     "/camera/front/image_raw": [L.camera_image("front")],
     "/camera/wrist/image_raw": [L.camera_image("wrist")],
     "/policy/attention": [L.camera_attention("front"), L.camera_attention("wrist")],
+    "/policy/instruction_attention": [L.words_attention("front"), L.words_attention("wrist")],
     "/task": [L.INSTRUCTION],
     "/episode": [L.EPISODE_STATE, L.EPISODE_STATUS],
     "/joint_states": [L.joint_actual(j) for j in ARM_JOINTS] + [L.GRIPPER_ACTUAL, L.EE_ACTUAL]
@@ -71,7 +72,8 @@ def _policy_messages(ns: int, k: int):
             effort=np.zeros(0), time_from_start=t["builtin_interfaces/msg/Duration"](
                 sec=0, nanosec=(i + 1) * PERIOD_NS)))
     chunk = t["trajectory_msgs/msg/JointTrajectory"](header=_header(ns), joint_names=list(JOINTS), points=points)
-    out = [("/policy/attention", attention), ("/policy/action_chunk", chunk)]
+    out = [("/policy/attention", attention), ("/policy/instruction_attention", attention),
+           ("/policy/action_chunk", chunk)]
     if k % 25 == 0:
         kv = t["diagnostic_msgs/msg/KeyValue"]
         values = {"state": "ok", "inference_ms": "4.20", "observation_age_ms": "12.5", "deadline_misses": "0",

@@ -26,7 +26,7 @@ from arm_act.ros import conversions as conv
 from arm_act.ros.conversions import CLOCK_START
 
 # Topics an in-process rollout has nothing to put on.
-_NOT_RECORDED = ("policy/action_chunk", "policy/diagnostics", "policy/attention")
+_NOT_RECORDED = ("policy/action_chunk", "policy/diagnostics", "policy/attention", "policy/instruction_attention")
 
 
 def bag_name(seed: int) -> str:

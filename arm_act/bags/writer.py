@@ -96,6 +96,7 @@ def live_topic_types(cameras: Sequence[str] = ("front", "wrist")) -> dict[str, s
         "policy/action_chunk": "trajectory_msgs/msg/JointTrajectory",
         "policy/diagnostics": "diagnostic_msgs/msg/DiagnosticArray",
         "policy/attention": "std_msgs/msg/Float32MultiArray",  # recorded so replays show it (arm_act.view)
+        "policy/instruction_attention": "std_msgs/msg/Float32MultiArray",
     })
     return types
 

@@ -92,10 +92,11 @@ class PolicyNode(ControllerNode, LifecycleNode):
             self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg), SENSOR_DATA)
             for camera, topic in self.camera_topics.items()], float(p("image_timeout").value), "camera images")
         self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
-        # For viewers: the mean cross-attention of the action queries over each camera's
-        # patches (Float32MultiArray, dims camera x row x col), one per chunk.
+        # For viewers, one per chunk (Float32MultiArray, dims camera x row x col): the action
+        # queries' mean cross-attention over each camera's patches, and the instruction's words'.
         self.publish_attention = bool(p("publish_attention").value)
         self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
+        self.words_pub = self.create_publisher(Float32MultiArray, "policy/instruction_attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
         self.create_service(Trigger, "~/enable", lambda _, response: self._set_enabled(True, response))
         self.create_service(Trigger, "~/disable", lambda _, response: self._set_enabled(False, response))
@@ -264,6 +265,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 self.chunk_pub.publish(conv.action_chunk_msg(job.stamp_ns * 1e-9, pred.actions, period))
                 if pred.attention is not None:
                     self.attention_pub.publish(conv.attention_msg(pred.attention, self.sync.cameras))
+                if pred.instruction_attention is not None:
+                    self.words_pub.publish(conv.attention_msg(pred.instruction_attention, self.sync.cameras))
         self.try_lockstep_tick()
         return True
 

@@ -10,6 +10,7 @@ Entity paths, and which message puts one row on each:
 |---|---|---|
 | cameras/<camera>/image | Image | camera/<camera>/image_raw |
 | cameras/<camera>/attention | Image (RGBA heat map over the patches) | policy/attention |
+| words/<camera>/attention | Image (the words' heat map, over the camera) | policy/instruction_attention |
 | episode/instruction | TextDocument | task |
 | episode/state, episode/status | StateChange, TextDocument | episode |
 | joints/<joint>/actual | Scalars | joint_states (panda_joint1..7) |
@@ -42,6 +43,10 @@ def camera_image(camera: str) -> str:
 
 def camera_attention(camera: str) -> str:
     return f"cameras/{camera}/attention"
+
+
+def words_attention(camera: str) -> str:
+    return f"words/{camera}/attention"
 
 
 def joint_actual(joint: str) -> str:
@@ -81,11 +86,19 @@ def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
     # `arm-act view` checks its bags before anything prints.
     from arm_act.sim.robot import ARM_JOINTS
 
+    cameras_views = rrb.Tabs(
+        rrb.Vertical(*[rrb.Spatial2DView(origin=f"cameras/{c}", name=f"{c} camera, attention") for c in cameras],
+                     name="action queries' attention"),
+        rrb.Vertical(*[rrb.Spatial2DView(origin="/", contents=[f"/{camera_image(c)}", f"/{words_attention(c)}"],
+                                         name=f"{c} camera, the words' attention") for c in cameras],
+                     name="instruction's attention"),
+    )
     left = rrb.Vertical(
-        *[rrb.Spatial2DView(origin=f"cameras/{c}", name=f"{c} camera, attention") for c in cameras],
+        cameras_views,
+        rrb.TextDocumentView(origin=INSTRUCTION, name="instruction"),
         rrb.StateTimelineView(origin=EPISODE_STATE, name="episode state"),
         rrb.TextDocumentView(origin=EPISODE_STATUS, name="episode"),
-        row_shares=[3] * len(cameras) + [1, 1.2],
+        row_shares=[3 * len(cameras), 0.6, 1, 1.2],
     )
     scene = rrb.Spatial3DView(
         origin="world", name="arm, objects, predicted chunk (magenta), path taken (blue), target guess (cyan)",

@@ -42,6 +42,7 @@ def live_topics(cameras=L.CAMERAS) -> list[tuple[str, type, object]]:
         (conv.ARM_COMMAND_TOPIC, Float64MultiArray, 10),
         (conv.GRIPPER_COMMAND_TOPIC, Float64MultiArray, 10),
         ("policy/attention", Float32MultiArray, 10),
+        ("policy/instruction_attention", Float32MultiArray, 10),
         ("policy/action_chunk", JointTrajectory, 10),
         ("policy/diagnostics", DiagnosticArray, 10),
     ]

@@ -85,6 +85,7 @@ class RunLogger:
                           "episode": self._episode, conv.ARM_COMMAND_TOPIC: self._arm_command,
                           conv.GRIPPER_COMMAND_TOPIC: self._gripper_command,
                           "policy/attention": self._attention, "policy/action_chunk": self._chunk,
+                          "policy/instruction_attention": self._words,
                           "policy/diagnostics": self._diagnostics}
         for camera in self.cameras:
             self._handlers[f"camera/{camera}/image_raw"] = (
@@ -224,6 +225,16 @@ class RunLogger:
             height, width = self._image_shape.get(camera, (96, 96))
             self._log(L.camera_attention(camera), ns,
                       rr.Image(attention_rgba(grid, height, width), color_model="RGBA", draw_order=1.0))
+
+    def _words(self, ns: int, msg) -> None:
+        """Where the instruction's words look: the heat map from the weights' minimum (they
+        spread over every patch, so the maximum alone would tint the whole image)."""
+        for camera, grid in conv.attention_from_msg(msg).items():
+            if camera not in self.cameras:
+                continue
+            height, width = self._image_shape.get(camera, (96, 96))
+            self._log(L.words_attention(camera), ns,
+                      rr.Image(attention_rgba(grid - grid.min(), height, width), color_model="RGBA", draw_order=1.0))
 
     def _joint_state(self, ns: int, msg) -> None:
         q = conv.joint_positions_from_msg(msg)  # (9,)
