@@ -588,10 +588,12 @@ GROWABLE = ("vocab", "max_instruction_tokens")
 checkpoint's, more instruction tokens. Nothing else changes the shape of what is learned."""
 
 
-def _load_init(directory: str, cfg: PolicyConfig):
+def _load_init(directory: str, cfg: PolicyConfig, seed: int):
     """(model, normalizer) of the checkpoint to fine-tune from. Its config must be cfg, or
     differ only by growing (GROWABLE): then the model is cfg's, with every weight of the
-    checkpoint and the embedding rows of its words; the new words' rows start fresh."""
+    checkpoint and the embedding rows of its words; the new words' rows start as nn.Embedding
+    starts them, N(0, 1), drawn from `seed` alone, so every data-parallel process has the
+    same (the weights are loaded after DDP's start-up broadcast)."""
     try:
         model, normalizer, config = load_checkpoint(directory)
     except CheckpointError as exc:
@@ -607,8 +609,10 @@ def _load_init(directory: str, cfg: PolicyConfig):
     if diffs:
         grown = ACTPolicy(cfg)
         state = model.state_dict()
-        embed = grown.word_embed.weight.detach().clone()
-        embed[: len(config.vocab)] = state["word_embed.weight"]
+        old = state["word_embed.weight"]
+        fresh = torch.randn(len(cfg.vocab) - len(config.vocab), cfg.width,
+                            generator=torch.Generator().manual_seed(seed), dtype=old.dtype)
+        embed = torch.cat([old, fresh])
         state["word_embed.weight"] = embed
         grown.load_state_dict(state, strict=True)
         logger.info("init_from %s grows %s: %d -> %d words, %d -> %d instruction tokens", directory,
@@ -705,7 +709,7 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
 
     init = None
     if tcfg.init_from and saved is None:
-        init = _load_init(tcfg.init_from, cfg)
+        init = _load_init(tcfg.init_from, cfg, tcfg.seed)
     try:
         train_eps = [episodes[i] for i in train_ids]
         if saved:

@@ -175,6 +175,13 @@ def test_init_from_grows_the_vocabulary_and_the_instruction_tokens(tmp_path):
         else:
             assert torch.allclose(a[key], b[key], rtol=0, atol=1e-9), key
     assert load_checkpoint(tuned)[2] == grown_cfg
+    # The new rows depend on the seed alone: every data-parallel process starts with the same.
+    from arm_act.policy.train import _load_init
+
+    torch.manual_seed(1)
+    first = _load_init(str(base), grown_cfg, seed=0)[0].word_embed.weight
+    torch.manual_seed(2)
+    torch.testing.assert_close(_load_init(str(base), grown_cfg, seed=0)[0].word_embed.weight, first, rtol=0, atol=0)
     # A vocabulary that reorders the checkpoint's words, or fewer tokens, is another policy.
     shuffled = PolicyConfig(**TINY, vocab=("<pad>", "<unk>", "the", "put", "red", "block", "in", "box"))
     fewer = PolicyConfig(**TINY, max_instruction_tokens=4)
