@@ -4,6 +4,7 @@
     python docs/make_figures.py demo                    # docs/demo.png from a fresh live run
     python docs/make_figures.py demo --video FILE.mp4 --frame 16
     python docs/make_figures.py tasks                   # docs/tasks.png (matplotlib)
+    python docs/make_figures.py words --checkpoint CKPT # docs/instruction_attention.png
 
 `architecture` draws the data flow between the nodes and the offline pipeline. `demo` runs
 one live episode of the shipped policy over ROS 2 (`arm-act demo --episodes 1 --seed 100000
@@ -13,7 +14,10 @@ the policy's cross-attention over the patches, the instruction, the gripper, and
 strip (actual against commanded). Real time is not deterministic, so a fresh run gives a
 frame close to, not equal to, the committed one. `tasks` draws the success zones of the
 relation and stack goals (docs/tasks.md), sampled from sim.task's own rules, on the table as
-the front camera sees it.
+the front camera sees it. `words` renders one layout and, for several instructions about it,
+where the instruction's words look in each camera: the encoder self-attention of the
+instruction tokens over the patches, averaged over layers, heads and words, drawn from its
+minimum over each image as the Rerun view draws `policy/instruction_attention`.
 """
 from __future__ import annotations
 
@@ -196,6 +200,44 @@ def tasks(out: Path) -> None:
     print(f"wrote {out}")
 
 
+def words(out: Path, checkpoint: Path | None, seed: int, blocks: int, instructions: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(ROOT))
+    from arm_act.common.paths import default_checkpoint
+    from arm_act.common.viz import attention_overlay
+    from arm_act.policy.runtime import PolicyRuntime
+    from arm_act.sim import ArmEnv
+
+    runtime = PolicyRuntime.from_checkpoint(checkpoint or default_checkpoint())
+    with ArmEnv() as env:
+        env.reset(seed, blocks)
+        images, position = env.render(), env.joint_state().position
+        on_table = sorted({o.colour for o in env.objects() if o.kind == "block"})
+    cameras = list(runtime.config.cameras)
+    fig, axes = plt.subplots(len(instructions), len(cameras), figsize=(2.6 * len(cameras), 2.75 * len(instructions)),
+                             squeeze=False)
+    for row, text in enumerate(instructions):
+        grids = runtime.predict_chunk(images, position, text, need_attention=True).instruction_attention
+        for col, camera in enumerate(cameras):
+            grid = grids[camera]
+            ax = axes[row][col]
+            ax.imshow(attention_overlay(images[camera], grid - grid.min()))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if row == 0:
+                ax.set_title(f"{camera} camera", fontsize=9)
+            if col == 0:
+                ax.set_ylabel(text.replace(" block ", " block\n", 1), fontsize=8)
+    fig.suptitle(f"Where the instruction's words look\n(seed {seed}; blocks {', '.join(on_table)})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="figure", required=True)
@@ -207,11 +249,21 @@ def main(argv=None) -> int:
     d.add_argument("--frame", type=int, default=16, help="frame index (one per camera pair, 10 per second)")
     t = sub.add_parser("tasks")
     t.add_argument("--out", type=Path, default=DOCS / "tasks.png")
+    w = sub.add_parser("words")
+    w.add_argument("--out", type=Path, default=DOCS / "instruction_attention.png")
+    w.add_argument("--checkpoint", type=Path, help="default: the shipped checkpoint")
+    w.add_argument("--seed", type=int, default=100003)
+    w.add_argument("--blocks", type=int, default=4)
+    w.add_argument("--instruction", action="append", dest="instructions", metavar="TEXT",
+                   help="repeat for several rows (default: three box instructions)")
     args = parser.parse_args(argv)
     if args.figure == "architecture":
         architecture(args.out)
     elif args.figure == "tasks":
         tasks(args.out)
+    elif args.figure == "words":
+        words(args.out, args.checkpoint, args.seed, args.blocks, args.instructions or [
+            "put the red block in the box", "put the green block in the box", "put the yellow block in the box"])
     else:
         demo(args.out, args.video, args.frame)
     return 0
