@@ -106,6 +106,23 @@ def test_table_output_and_no_ros(tiny_checkpoint, capsys):
 
 
 @pytest.mark.unit
+def test_compare_times_another_checkpoint_in_the_same_trials(tiny_checkpoint, tmp_path, capsys):
+    torch.manual_seed(1)
+    wider = PolicyConfig(width=64, heads=4, encoder_layers=2, chunk_size=10, dropout=0.0, max_instruction_tokens=15)
+    other = save_checkpoint(tmp_path / "wider", ACTPolicy(wider), Normalizer(np.zeros(9), np.ones(9), np.zeros(8),
+                                                                             np.ones(8)))
+    assert cli.main(["bench", "--quick", "--no-ros", "--backend", "torch", "--checkpoint", str(tiny_checkpoint),
+                     "--compare", str(other), "--threads", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["compare_checkpoint"] == str(other) and report["compare_tokens"] == 88
+    assert report["compare_inference_ms_p50"] > 0
+    assert report["compare_ratio"] == report["compare_inference_ms_p50"] / report["inference_torch_ms_p50"]
+    assert cli.main(["bench", "--quick", "--compare", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "--compare" in err and "is not a directory" in err
+
+
+@pytest.mark.unit
 def test_bad_checkpoint_is_one_line_error(tmp_path, capsys):
     assert cli.main(["bench", "--quick", "--checkpoint", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err

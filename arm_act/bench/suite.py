@@ -199,9 +199,11 @@ def pick_peer_layout(times: dict[str, dict[str, float]]) -> str:
 
 
 def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend: str,
-                      matmul_gflops: float) -> dict[str, Any]:
+                      matmul_gflops: float, compare: BenchPolicy | None = None) -> dict[str, Any]:
     """Policy inference (torch eager and onnxruntime), the nn.Transformer baseline, FLOPs.
-    backend: "torch", "onnx" or "auto" (the faster of the two by p50)."""
+    backend: "torch", "onnx" or "auto" (the faster of the two by p50). compare: another
+    checkpoint timed in the same interleaved trials (torch eager, as `torch`), e.g. a larger
+    model against the shipped one; compare_ratio is its p50 over this policy's torch p50."""
     from arm_act.bench.baseline import BaselineACT
     from arm_act.bench.peer_act import PeerACT
     from arm_act.policy.budget import count_model_flops
@@ -226,6 +228,10 @@ def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend
         calls[f"peer/{layout}"] = lambda net=net, images=images: net(images, inputs["state"])
     if onnx is not None:
         calls["onnx"] = lambda: onnx.run(**inputs)
+    if compare is not None:
+        other = compare.model
+        other_inputs = _inputs(PolicyRuntime(other, compare.normalizer, threads=threads))
+        calls["compare"] = lambda: other(**other_inputs)
     with torch.inference_mode():
         times = {k: summarize(v) for k, v in time_interleaved(calls, trials.inference, trials.warmup).items()}
     flops = count_model_flops(model, inputs)
@@ -257,6 +263,10 @@ def measure_inference(policy: BenchPolicy, threads: int, trials: Trials, backend
         "peer_layout": peer_layout,
         "peer_layouts_ms_p50": {layout: times[f"peer/{layout}"]["p50"] for layout in PEER_LAYOUTS},
         "inference_trials": ours["n"],
+        "compare_checkpoint": None if compare is None else _shown(compare.checkpoint),
+        "compare_tokens": None if compare is None else compare.model.config.encoder_tokens,
+        "compare_inference_ms_p50": times["compare"]["p50"] if compare is not None else None,
+        "compare_ratio": times["compare"]["p50"] / times["torch"]["p50"] if compare is not None else None,
     }
 
 
@@ -340,7 +350,7 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
               progress: Callable[[str], None] | None = None, arrangement: str = "processes",
               ros_seconds: float | None = None, camera_rate: int | None = None,
               ros_only: bool = False, thread_priority: int | None = None,
-              lock_memory: bool | None = None) -> dict[str, Any]:
+              lock_memory: bool | None = None, compare: Path | None = None) -> dict[str, Any]:
     """Every measurement, as one flat JSON-ready dict (see benchmarks/README.md).
     ros_seconds / camera_rate: the DDS run's length (default the trials') and camera rate
     (default sim.yaml's). ros_only: only the DDS run (the other fields are null); backend
@@ -373,7 +383,8 @@ def run_bench(*, checkpoint: Path | None, default_checkpoint: Path, threads: int
                             "decoder_layers": cfg.decoder_layers, "image_size": cfg.image_size,
                             "patch_size": cfg.patch_size, "instruction": INSTRUCTION}
         say("inference: torch, onnxruntime, nn.Transformer baseline")
-        report.update(measure_inference(policy, threads, trials, backend, report["matmul_peak_gflops"]))
+        other = None if compare is None else load_policy(compare, default_checkpoint, scratch)
+        report.update(measure_inference(policy, threads, trials, backend, report["matmul_peak_gflops"], other))
         chosen = report["inference_backend"]
         from arm_act.policy.runtime import PolicyRuntime
 

@@ -43,6 +43,9 @@ def configure(parser) -> None:
                         help="torch / onnxruntime intra-op threads (default: policy.yaml's torch_threads)")
     parser.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
                         help="inference backend for the loop and the node (auto: the faster by p50)")
+    parser.add_argument("--compare", type=Path, metavar="CKPT",
+                        help="another checkpoint whose inference is timed in the same interleaved trials "
+                             "(torch eager); compare_ratio = its p50 / --checkpoint's")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--label", default=None, help="a name for this run in the JSON (e.g. before, after)")
     parser.add_argument("--no-ros", action="store_true", help="skip the DDS run (its fields are null)")
@@ -94,6 +97,9 @@ def format_table(r: dict) -> str:
         ("  peer", f"LeRobot-default ACT (ResNet18, D=512, 4+1 layers, K=100) p50 "
                    f"{_fmt(r['peer_inference_ms_p50'], ' ms')} ({r.get('peer_layout', '?')}); "
                    f"peer / ours = {_fmt(r['peer_ratio'], '', 1)}"),
+        *([("  compare", f"{r['compare_checkpoint']} (N={r['compare_tokens']} tokens) p50 "
+                          f"{_fmt(r['compare_inference_ms_p50'], ' ms')}; compare / ours (torch) = "
+                          f"{_fmt(r['compare_ratio'])}")] if r.get("compare_checkpoint") else []),
         ("  predict_chunk", f"p50 {_fmt(r['predict_chunk_ms_p50'], ' ms')}, p99 "
                             f"{_fmt(r['predict_chunk_ms_p99'], ' ms')} (uint8 images in, chunk out)"),
         ("render pair", f"{r['render_size']}: p50 {_fmt(r['render_pair_ms_p50'], ' ms')}, "
@@ -133,8 +139,9 @@ def run(args) -> int:
     threads = args.threads if args.threads is not None else _default_threads()
     if threads < 1:
         raise CommandError(f"--threads {threads} must be >= 1")
-    if args.checkpoint is not None and not args.checkpoint.is_dir():
-        raise CommandError(f"--checkpoint {args.checkpoint} is not a directory")
+    for flag, path in (("--checkpoint", args.checkpoint), ("--compare", args.compare)):
+        if path is not None and not path.is_dir():
+            raise CommandError(f"{flag} {path} is not a directory")
     if args.ros_seconds is not None and not args.ros_seconds > 0:
         raise CommandError(f"--ros-seconds {args.ros_seconds} must be > 0")
     if args.camera_rate is not None and (args.camera_rate < 1 or 50 % args.camera_rate):
@@ -148,7 +155,7 @@ def run(args) -> int:
                            threads=threads, quick=args.quick, backend=args.backend,
                            ros=not args.no_ros, domain_id=args.domain_id, arrangement=args.arrangement,
                            ros_seconds=args.ros_seconds, camera_rate=args.camera_rate, ros_only=args.ros_only,
-                           thread_priority=args.thread_priority,
+                           thread_priority=args.thread_priority, compare=args.compare,
                            lock_memory=None if args.lock_memory is None else args.lock_memory == "yes",
                            progress=lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
     except CheckpointError as exc:
