@@ -2,7 +2,7 @@
 
 Public API: SimConfig, CameraConfig, ArmEnv, ObjectState,
 JointStateArrays, ScriptedExpert, ExpertConfig, perturbation_rng (the expert's seed rule),
-parse_instruction, Goal, parse_goal; sim.rollout holds the episode loop.
+parse_instruction, Goal, parse_goal, GoalChange; sim.rollout holds the episode loop.
 
 The names are imported on first use (PEP 562), so that a light submodule such as
 arm_act.sim.instructions (goals, phrasings, the parser) imports without PyBullet.
@@ -20,6 +20,7 @@ _WHERE = {
     "JOINT_NAMES": "arm_act.sim.robot", "JointStateArrays": "arm_act.sim.robot",
     "ObjectState": "arm_act.sim.task", "parse_instruction": "arm_act.sim.task",
     "Goal": "arm_act.sim.instructions", "parse_goal": "arm_act.sim.instructions",
+    "GoalChange": "arm_act.sim.goal_change",
 }
 
 __all__ = sorted(_WHERE)

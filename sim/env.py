@@ -18,7 +18,8 @@ from arm_act.sim import perturb
 from arm_act.sim.backend import Backend
 from arm_act.sim.camera import Camera, intrinsics
 from arm_act.sim.config import SimConfig
-from arm_act.sim.instructions import PHRASINGS, TASKS, Goal, parse_goal, phrase
+from arm_act.sim.goal_change import GoalChange
+from arm_act.sim.instructions import PHRASINGS, TASKS, Goal, Refusal, parse_goal, phrase
 from arm_act.sim.robot import GRIPPER_MAX, HOME, JointStateArrays, Panda
 from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask, draw_goal
 
@@ -38,11 +39,16 @@ class ArmEnv:
     episode), drawn by sim.task.draw_goal from a stream of its own so the layout is the same
     for every task; box (the default) is the task as it always was. instruction: the same
     words for every episode instead; reset parses them against the episode's blocks and
-    raises ValueError when they do not fit (sim.instructions.parse_goal's reason)."""
+    raises ValueError when they do not fit (sim.instructions.parse_goal's reason).
+
+    goal_change: a sim.goal_change.GoalChange: at its time in every episode the env changes
+    the goal itself, as a new instruction on sim_node's `task` topic does (change_goal);
+    None (the default) never changes it."""
 
     def __init__(self, config: SimConfig | None = None, gui: bool = False,
                  perturbation: perturb.Perturbation | None = None, task: str = "box",
-                 instruction: str | None = None, phrasing: str = "canonical") -> None:
+                 instruction: str | None = None, phrasing: str = "canonical",
+                 goal_change: GoalChange | None = None) -> None:
         self.config = config if config is not None else SimConfig()
         self.perturbation = perturbation
         if task not in TASKS:
@@ -58,6 +64,8 @@ class ArmEnv:
         if phrasing != "canonical" and instruction is not None:
             raise ValueError("phrasing draws the words of the task's goal; a fixed instruction has its own")
         self.task, self.fixed_instruction, self.phrasing = task, instruction, phrasing
+        self.goal_change = goal_change
+        self.goal_change_refused: str | None = None  # why this episode's scheduled change was refused
         self._drawn: perturb.EpisodePerturbation | None = None
         self._perturb_log: dict = {}
         self._distractors: list[int] = []
@@ -69,6 +77,7 @@ class ArmEnv:
         self.n_blocks = 0
         self.tick = 0
         self._status = "running"
+        self._goal_changes: list[tuple[float, str]] = []
 
     # --- episode -----------------------------------------------------------------------
     def reset(self, seed: int, n_blocks: int = 3) -> None:
@@ -125,6 +134,11 @@ class ArmEnv:
             self._cameras[cam.name] = Camera(self._backend, cam, pose, light)
         self.seed, self.n_blocks, self.tick = seed, n_blocks, 0
         self._status = "running"
+        self._goal_changes = []
+        self._goal_change_due = self.goal_change is not None
+        self.goal_change_refused = None
+        if self._goal_change_due and self.goal_change.at <= 0:
+            self._scheduled_goal_change()
         logger.debug("reset seed=%d n_blocks=%d: %s", seed, n_blocks, self.instruction)
 
     def _goal_for(self, seed: int):
@@ -169,6 +183,42 @@ class ArmEnv:
         """The episode's goal (sim.instructions.Goal)."""
         return self._require()[1].goal
 
+    @property
+    def goal_changes(self) -> list[tuple[float, str]]:
+        """The goal changes of this episode so far: (sim s since reset, instruction), in order."""
+        return list(self._goal_changes)
+
+    def change_goal(self, instruction: str) -> Goal | Refusal:
+        """A new instruction while the episode runs: parsed against the blocks on the table
+        (sim.instructions.parse_goal); a Goal replaces the episode's goal from now on, so
+        status() judges the new one, and is recorded in goal_changes with the time. The
+        running instruction again (surrounding whitespace aside) changes nothing and is not
+        recorded; a Refusal (the words give no goal here, or the episode has ended) leaves
+        the goal as it was."""
+        _, task = self._require()
+        if self._status != "running":
+            return Refusal(f"the episode has ended ({self._status})")
+        text = str(instruction).strip() if isinstance(instruction, str) else instruction
+        if text == self.instruction.strip():
+            return task.goal
+        parsed = parse_goal(text, sorted(set(task.block_colours.values())))
+        if isinstance(parsed, Goal):
+            task.set_goal(parsed, text)
+            self._goal_changes.append((self.time, text))
+            logger.debug("goal changed at %.3f s: %s", self.time, text)
+        return parsed
+
+    def _scheduled_goal_change(self) -> None:
+        """Apply the goal_change due now (once an episode); a refusal is logged and kept."""
+        self._goal_change_due = False
+        _, task = self._require()
+        positions = {task.block_colours[k]: self._backend.base_pose(b)[0][:2] for k, b in task.blocks.items()}
+        text = self.goal_change.instruction(task.goal, positions, self.seed)
+        result = Refusal(f"no {self.goal_change.to} goal in this layout") if text is None else self.change_goal(text)
+        if not isinstance(result, Goal):
+            self.goal_change_refused = result.reason
+            logger.warning("seed %d: goal change %s refused: %s", self.seed, self.goal_change, result.reason)
+
     # --- control -----------------------------------------------------------------------
     def apply_command(self, arm: np.ndarray, gripper: float) -> None:
         """Joint-position targets: arm (7,) rad, gripper opening (m, per finger, 0..0.04).
@@ -191,6 +241,8 @@ class ArmEnv:
         self._require()
         self._backend.step(self.config.physics_substeps)
         self.tick += 1
+        if self._goal_change_due and self.time >= self.goal_change.at - 1e-9:
+            self._scheduled_goal_change()
         if self._drawn is not None and self._drawn.kind == "push" and "push_tick" not in self._perturb_log:
             every = max(1, round(self.config.control_rate_hz / self.perturbation.check_rate_hz))
             if self.tick % every == 0:

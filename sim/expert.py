@@ -29,6 +29,11 @@ another agent (DAgger-style relabelling, `arm-act collect --policy`). With the n
 already between the fingers the plan is the place part only; with open fingers at the
 block's grasp pose (NEAR_GRASP_XY, NEAR_GRASP_Z) it moves straight there and grasps, so
 the recorded part corrects the other agent's aim instead of starting the approach again.
+
+A new goal mid-episode: retarget() re-plans from the current state the same way. With the
+new goal's block in hand it carries it to the new place; with another block in hand (the
+old goal's, say) it first sets that one down on the table (set_down_spot: clear of the
+other blocks, the box and the new goal's place) and then picks the named block.
 """
 
 from __future__ import annotations
@@ -45,7 +50,15 @@ import numpy as np
 from arm_act.sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_matrix, yaw_of
 from arm_act.sim.instructions import Goal, parse_goal
 from arm_act.sim.robot import GRIPPER_MAX, HOME, Panda
-from arm_act.sim.task import BOX_WALL, ObjectState, in_relation_zone, relation_spot
+from arm_act.sim.task import (
+    BOX_MARGIN,
+    BOX_WALL,
+    PLACE_CLEARANCE,
+    PLACE_REACH,
+    ObjectState,
+    in_relation_zone,
+    relation_spot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +115,9 @@ class Waypoint:
     duration: float
     tolerance: float | None = 0.01
     max_wait: float = 1.0
+    carried: str | None = None
+    """The object name of the block this segment carries when it is not the named block
+    (setting another block down before a new goal's pick); None: the named block."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +180,32 @@ def face_yaw(orientation: np.ndarray) -> float:
     vertical = int(np.argmax(np.abs(rot[2])))
     axis = rot[:, (vertical + 1) % 3]
     return float(np.arctan2(axis[1], axis[0]))
+
+
+def set_down_spot(hand_xy, obstacles_xy, box_center, box_outer: float) -> np.ndarray | None:
+    """Where to set a held block down on the table: on a 2 cm grid inside PLACE_REACH,
+    BOX_MARGIN outside the box and PLACE_CLEARANCE from every obstacle (other blocks, the
+    next place), the roomiest such spot, nearer the hand among equally roomy ones; None
+    when no spot qualifies."""
+    hand = np.asarray(hand_xy, dtype=float)[:2]
+    obstacles = [np.asarray(o, dtype=float)[:2] for o in obstacles_xy]
+    box = np.asarray(box_center, dtype=float)[:2]
+    best, best_score = None, -math.inf
+    for x in np.arange(PLACE_REACH[0], PLACE_REACH[1] + 1e-9, 0.02):
+        for y in np.arange(-0.30, 0.30 + 1e-9, 0.02):
+            cand = np.array([x, y])
+            if float(np.hypot(x, y)) > PLACE_REACH[1] - 0.05:  # well inside the reach limit
+                continue
+            if np.all(np.abs(cand - box) < box_outer / 2 + BOX_MARGIN):
+                continue
+            clearance = min((float(np.linalg.norm(cand - o)) for o in obstacles), default=1.0)
+            if clearance < PLACE_CLEARANCE:
+                continue
+            # Room first (up to 12 cm), then a short way there.
+            score = min(clearance, 0.12) - 0.2 * float(np.linalg.norm(cand - hand))
+            if score > best_score:
+                best, best_score = cand, score
+    return best
 
 
 def _wrist_neutral(position: np.ndarray) -> float:
@@ -248,6 +290,17 @@ class ScriptedExpert:
 
     # --- planning ----------------------------------------------------------------------
     def reset(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray) -> None:
+        self._reset(instruction, objects, joint_position, set_down_other=False)
+
+    def retarget(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray) -> None:
+        """A new instruction while the episode runs: plan again from the current state. The
+        named block in hand is carried to the new place; another block in hand is set down
+        on the table first (set_down_spot), then the named block is picked. The perturbation
+        generator carries on; the retry count starts again. Raises ValueError as reset does."""
+        self._reset(instruction, objects, joint_position, set_down_other=True)
+
+    def _reset(self, instruction: str, objects: list[ObjectState], joint_position: np.ndarray,
+               set_down_other: bool) -> None:
         goal = parse_goal(instruction)
         if not isinstance(goal, Goal):
             raise ValueError(f"instruction {instruction!r} refused: {goal.reason}")
@@ -263,16 +316,24 @@ class ScriptedExpert:
         self._perturb = None
         self._gripper = float(np.mean(joint_position[7:9]))
         self.done = False
-        self._plan = self._plan_from(self._q)
+        self._plan = self._plan_from(self._q, set_down_other)
         self._segment = None
 
-    def _plan_from(self, q: np.ndarray) -> list[Waypoint]:
+    def _plan_from(self, q: np.ndarray, set_down_other: bool = False) -> list[Waypoint]:
         """The plan from joint positions q (9,): pick and place, or only the place part when
         the named block is already between the fingers (taking over from another agent
-        mid-task), without ABOVE_BOX when the hand is already over the box below carry height."""
+        mid-task), without ABOVE_BOX when the hand is already over the box below carry height.
+        set_down_other: with another block between the fingers, set it down first."""
         assert self._block is not None and self._box is not None
         grasp_point, _ = self._fk(q)
         fingers = float(np.mean(q[7:9]))
+        if set_down_other:
+            other = self._other_in_hand(grasp_point, fingers)
+            if other is not None:
+                place = self._place_plan()
+                set_down = self._set_down_plan(other, grasp_point, place[1].position)
+                logger.debug("expert: new goal with %s in hand, setting it down first", other.name)
+                return set_down + self._pick_plan() + place
         if self._at_the_block(grasp_point, fingers):
             # Taking over at a grasp the other agent was starting to close: straight to the
             # grasp pose from here (a correction of its aim), not back up to ABOVE_BLOCK.
@@ -290,6 +351,40 @@ class ScriptedExpert:
             place = place[1:]
         logger.debug("expert: taking over with the block in hand, plan %s", [w.kind.value for w in place])
         return place
+
+    def _other_in_hand(self, grasp_point: np.ndarray, fingers: float) -> ObjectState | None:
+        """The block between the fingers (closed on something, its centre within 3 cm of
+        the grasp point) when it is not the named block; else None."""
+        if not 0.006 < fingers < GRIPPER_MAX - 0.005:
+            return None
+        near = [(float(np.linalg.norm(o.position - grasp_point)), name) for name, o in self._objects.items()]
+        near = [(d, name) for d, name in near if d < 0.03]
+        if not near:
+            return None
+        _, name = min(near)
+        return None if name == f"block_{self._colour}" else self._objects[name]
+
+    def _set_down_plan(self, held: ObjectState, grasp_point: np.ndarray, next_place: np.ndarray) -> list[Waypoint]:
+        """Carry `held` (not the named block) to a free spot on the table, set it down, let
+        go and rise: ABOVE_BOX, LOWER, RELEASE, RETREAT with the block named in `carried`."""
+        c, box = self.config, self._box
+        assert box is not None
+        obstacles = [o.position for name, o in self._objects.items() if name != held.name]
+        obstacles.append(next_place)  # keep the new goal's place clear
+        spot = set_down_spot(grasp_point, obstacles, box.position, float(box.size[0]))
+        if spot is None:  # no roomy spot: straight down where the hand is, away from the box
+            spot = np.asarray(grasp_point[:2], dtype=float)
+        size = float(held.size[2])
+        low = np.array([spot[0], spot[1], size / 2 + TABLE_RELEASE_CLEARANCE + c.grasp_depth])
+        above = np.array([low[0], low[1], c.carry_height])
+        retreat = np.array([low[0], low[1], c.retreat_height])
+        K = WaypointKind
+        return [
+            Waypoint(K.ABOVE_BOX, above, math.nan, 0.0, 0.0, tolerance=0.02, carried=held.name),
+            Waypoint(K.LOWER, low, math.nan, 0.0, self._duration(above, low), tolerance=0.01, carried=held.name),
+            Waypoint(K.RELEASE, low, math.nan, BESIDE_RELEASE_OPENING, c.release_time, tolerance=None),
+            Waypoint(K.RETREAT, retreat, math.nan, GRIPPER_MAX, self._duration(low, retreat), tolerance=None),
+        ]
 
     def _at_the_block(self, grasp_point: np.ndarray, fingers: float) -> bool:
         """Fingers open wider than any block around the named block's grasp pose (at most
@@ -488,14 +583,16 @@ class ScriptedExpert:
         return float(q_meas[7:].mean()) > 0.006
 
     def _on_segment_end(self, t: float, q_meas: np.ndarray, objects: list[ObjectState] | None) -> None:
-        kind = self._segment.waypoint.kind  # type: ignore[union-attr]
+        waypoint = self._segment.waypoint  # type: ignore[union-attr]
+        kind = waypoint.kind
         K = WaypointKind
         carrying = kind in (K.LIFT, K.ABOVE_BOX, K.LOWER)
         in_hand = True
-        if carrying and self._block is not None and objects is not None:
+        carried = self._block if waypoint.carried is None else self._objects.get(waypoint.carried)
+        if carrying and carried is not None and objects is not None:
             # With ground truth: the block is between the fingertips, not left behind.
             grasp_point, _ = self._fk(q_meas)
-            in_hand = float(np.linalg.norm(self._block.position - grasp_point)) < 0.03
+            in_hand = float(np.linalg.norm(carried.position - grasp_point)) < 0.03
         if carrying and not (self._holding(q_meas) and in_hand):
             self._replan(t, q_meas, f"grasp lost after {kind.value}")
             return

@@ -57,7 +57,10 @@ class EpisodeResult:
     """Simulated seconds."""
     ticks: int
     goal: Goal | None = None
-    """The episode's goal (the family, the blocks and the relation the instruction names)."""
+    """The episode's goal (the family, the blocks and the relation the instruction names);
+    after a goal change, the new one."""
+    goal_changes: tuple[tuple[float, str], ...] = ()
+    """(sim s since reset, instruction) of each goal change in the episode (ArmEnv.goal_changes)."""
 
 
 class Agent(Protocol):
@@ -88,19 +91,27 @@ def run_episode(env: ArmEnv, agent: Agent, seed: int, n_blocks: int, *, render: 
         status = env.status()
         if status == "running":
             obs = observe(env, render)
-    return EpisodeResult(seed, n_blocks, env.instruction, status, status == "success", env.time, env.tick, env.goal)
+    return EpisodeResult(seed, n_blocks, env.instruction, status, status == "success", env.time, env.tick, env.goal,
+                         tuple(env.goal_changes))
 
 
 class ExpertAgent:
-    """Wraps ScriptedExpert as an agent; it reads ground-truth object poses (obs.objects)."""
+    """Wraps ScriptedExpert as an agent; it reads ground-truth object poses (obs.objects).
+    A new instruction in an observation (a goal changed mid-episode) re-plans the expert
+    from that tick's state (ScriptedExpert.retarget)."""
 
     def __init__(self, config: ExpertConfig | None = None, rng: np.random.Generator | None = None) -> None:
         self.expert = ScriptedExpert(config, rng=rng)
+        self.instruction: str | None = None
 
     def reset(self, obs: Observation) -> None:
         self.expert.reset(obs.instruction, obs.objects, obs.joint_state.position)
+        self.instruction = obs.instruction
 
     def act(self, obs: Observation) -> Command:
+        if obs.instruction != self.instruction:
+            self.expert.retarget(obs.instruction, obs.objects, obs.joint_state.position)
+            self.instruction = obs.instruction
         arm, gripper = self.expert.act(obs.time, obs.joint_state.position, obs.objects)
         return Command(arm, gripper)
 

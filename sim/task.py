@@ -255,6 +255,18 @@ class PickPlaceTask:
         self.target_colour = goal.colour
         self._instruction = text
 
+    def set_goal(self, goal: Goal, text: str | None = None) -> None:
+        """Replace the episode's goal (a new instruction while it runs): status() judges the
+        new goal from the next call on. `text`: the words that asked for it (None: the
+        goal's canonical words). Every colour the goal names must be a block on the table."""
+        missing = [c for c in goal.colours if c not in self.blocks]
+        if missing:
+            raise ValueError(f"goal {goal} names no block on the table: {', '.join(missing)} "
+                             f"(blocks {', '.join(self.blocks)})")
+        self.goal = goal
+        self.target_colour = goal.colour
+        self._instruction = text
+
     @property
     def instruction(self) -> str:
         """The episode's instruction: the goal's canonical words unless other words were given."""
