@@ -46,6 +46,10 @@ def configure(parser) -> None:
                         help="the words of each episode's goal: its canonical sentence, one of the training "
                              "sentences, or one of the held-out sentences training never sees (drawn per episode "
                              "from its seed; docs/tasks.md)")
+    parser.add_argument("--change-goal", metavar="AT_S:TO",
+                        help="change the goal inside every in-process episode at AT_S sim seconds: TO is box "
+                             "(another block into the box), stack (the named block onto another), relation, or an "
+                             "instruction; success then means the new goal (docs/tasks.md)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
@@ -167,7 +171,7 @@ def run(args) -> int:
             over_ros=args.over_ros, video=args.video, bags=args.bags, settings=settings, ray=args.ray,
             live=args.live, compare_in_process=args.compare_in_process, logs=args.logs,
             real_time_factor=args.real_time_factor, workers=args.workers, task=args.task,
-            instruction=args.instruction, phrasing=args.phrasing)
+            instruction=args.instruction, phrasing=args.phrasing, change_goal=args.change_goal)
         if args.robustness is not None:
             return _robustness(args, config)
         summary = evaluate(config)
@@ -198,6 +202,12 @@ def run(args) -> int:
         print(f"  {k} blocks: {v['success_rate']:.1%} of {v['episodes']}")
     for k, v in summary.get("by_family", {}).items():
         print(f"  {k}: {v['successes']}/{v['episodes']} ({v['success_rate']:.1%})")
+    change = summary.get("goal_change")
+    if change is not None:
+        rate = change["new_goal_rate"]
+        print(f"  goal change {change['change']}: {change['reached_new_goal']}/{change['episodes_changed']} reached "
+              f"the new goal ({'-' if rate is None else f'{rate:.1%}'}); {change['ended_before']} ended before it, "
+              f"{change['refused']} refused it")
     retried = summary.get("ray", {}).get("retried")
     if retried:
         print(f"  ray: {len(retried)} task(s) failed once and succeeded when run again: {retried}")

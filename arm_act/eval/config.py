@@ -18,7 +18,8 @@ class EvalConfig:
     video and bags (directories) apply to in-process runs of a checkpoint. task: the goal
     family of every episode (box | stack | relation | mix, arm_act.sim.instructions);
     instruction: the same words for every episode instead (each episode refuses them, with
-    a ValueError, when its blocks do not fit them)."""
+    a ValueError, when its blocks do not fit them). change_goal: "AT_S:TO", a goal change
+    inside every in-process episode (arm_act.sim.goal_change.GoalChange; docs/tasks.md)."""
 
     policy: str | Path = EXPERT
     episodes: int = 20
@@ -41,6 +42,7 @@ class EvalConfig:
     task: str = "box"
     instruction: str | None = None
     phrasing: str = "canonical"  # the words of each episode's goal (arm_act.sim.instructions.PHRASINGS)
+    change_goal: str | None = None
 
     def __post_init__(self):
         from arm_act.sim.instructions import PHRASINGS, TASKS, parse_goal_or_raise
@@ -58,6 +60,13 @@ class EvalConfig:
         if not self.plain_task and (self.over_ros or self.live):
             raise ValueError(f"task={self.task!r}, instruction={self.instruction!r}: runs in process (or on Ray); "
                              "sim_node's episodes are the box task")
+        if self.change_goal is not None:
+            self.goal_change()  # ValueError for a bad AT_S:TO
+            if self.over_ros or self.live:
+                raise ValueError("change_goal schedules the change in process (or on Ray); over ROS publish the "
+                                 "new instruction on `task` (docs/tasks.md)")
+            if self.robustness == "crowded":
+                raise ValueError("robustness='crowded' repeats colours; a goal change names blocks by colour")
         if not self.plain_task and self.robustness == "crowded":
             raise ValueError("robustness='crowded' repeats colours; it runs the box task only")
         self.sim_config()  # ... and for bad rates or time limits
@@ -108,11 +117,19 @@ class EvalConfig:
 
         return perturbation(self.robustness)
 
+    def goal_change(self):
+        """The sim.goal_change.GoalChange of change_goal (None without one)."""
+        if self.change_goal is None:
+            return None
+        from arm_act.sim.goal_change import GoalChange
+
+        return GoalChange.parse(self.change_goal)
+
     def make_env(self):
         from arm_act.sim import ArmEnv
 
         return ArmEnv(self.sim_config(), perturbation=self.perturbation(), task=self.task,
-                      instruction=self.instruction, phrasing=self.phrasing)
+                      instruction=self.instruction, phrasing=self.phrasing, goal_change=self.goal_change())
 
     def sim_config(self):
         from arm_act.sim import SimConfig

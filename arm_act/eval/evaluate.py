@@ -50,11 +50,18 @@ __all__ = ["EXPERT", "GRASP_ERROR_BINS_CM", "EvalConfig", "PolicySettings", "des
 
 def run_one(runner, env, spec) -> dict:
     """One episode's record, with what its perturbation drew and did (if the env has one),
-    and the goal's family and goal unless the env runs the plain box task."""
+    and the goal's family and goal unless the env runs the plain box task. With a goal
+    change the goal is the one at the end, and goal_changes lists (time, instruction) of
+    each change (empty when the episode ended first), goal_change_refused why it was not
+    made (None when it was, or never came due)."""
     record = runner.run(env, spec)
-    if env.task != "box" or env.fixed_instruction is not None or env.phrasing != "canonical":
+    plain = env.task == "box" and env.fixed_instruction is None and env.phrasing == "canonical"
+    if not plain or env.goal_change is not None:
         record["family"] = env.goal.family
         record["goal"] = env.goal.to_dict()
+    if env.goal_change is not None:
+        record["goal_changes"] = [{"time": round(t, 4), "instruction": text} for t, text in env.goal_changes]
+        record["goal_change_refused"] = env.goal_change_refused
     if env.perturbation is not None:
         record["perturbation"] = env.perturbation_info()
     return record
@@ -168,6 +175,18 @@ def _on_ray(config: EvalConfig, runner, on_record: Callable[[dict], None] | None
     return [r["record"] for r in results], {"address": config.ray, **report.to_dict()}
 
 
+def goal_change_summary(change: str, results: list[dict]) -> dict:
+    """How the episodes of a run with a goal change went: how many changed their goal (an
+    episode that ended before the change time, or whose layout refused it, did not) and
+    how many of those reached the new goal."""
+    changed = [r for r in results if r.get("goal_changes")]
+    reached = sum(bool(r["success"]) for r in changed)
+    return {"change": change, "episodes_changed": len(changed),
+            "ended_before": sum(not r.get("goal_changes") and not r.get("goal_change_refused") for r in results),
+            "refused": sum(bool(r.get("goal_change_refused")) for r in results),
+            "reached_new_goal": reached, "new_goal_rate": reached / len(changed) if changed else None}
+
+
 def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None) -> dict:
     """Run the episodes (module docstring) and summarize them. Raises CheckpointError or
     ValueError for a checkpoint that does not load or fit the sim. Progress goes to stderr."""
@@ -195,6 +214,8 @@ def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None
         results = run_over_ros(config, latency)
     else:
         results = _in_process(config, runner, on_record)
+    if config.change_goal is not None:
+        extra["goal_change"] = goal_change_summary(config.change_goal, results)
     return summarize(results, {
         "policy": runner.describe,
         "seed": config.seed,
