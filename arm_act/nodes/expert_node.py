@@ -3,6 +3,10 @@
 Plans from the published topics alone (instruction, joint states, object markers) and
 publishes the same command topics a policy does, so `sim_node + expert_node` over DDS is
 the live counterpart of the in-process expert rollout (and of `arm-act collect`).
+
+It follows the instruction of the `episode` message, which sim_node publishes again when a
+new instruction changes the goal mid-episode (never for words it refused): at the first
+tick that sees a new one, the expert re-plans from the current state (ScriptedExpert.retarget).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class ExpertNode(ControllerNode):
         self.declare_parameter("perturb_prob", 0.0)
         self.perturb_prob = float(self.get_parameter("perturb_prob").value)
         self.expert: ScriptedExpert | None = None
+        self.planned_instruction: str | None = None  # the instruction the expert plans for
         # SCHED_FIFO priority of the control tick, planned inside it on the executor thread (the
         # thread the executable constructs the node on; ros2_control's thread_priority, 0: normal).
         self.declare_parameter("thread_priority", realtime.DEFAULT_THREAD_PRIORITY,
@@ -49,7 +54,11 @@ class ExpertNode(ControllerNode):
                 rng = perturbation_rng(info.seed)  # the in-process rule: the same perturbed episodes
                 expert = ScriptedExpert(ExpertConfig(perturb_prob=self.perturb_prob), rng=rng)
                 expert.reset(info.instruction, self.objects, self.joint_positions)
-                self.expert = expert
+                self.expert, self.planned_instruction = expert, info.instruction
+            elif info.instruction != self.planned_instruction:  # the goal changed mid-episode
+                self.get_logger().info(f"new instruction {info.instruction!r}: re-planning")
+                self.planned_instruction = info.instruction
+                self.expert.retarget(info.instruction, self.objects, self.joint_positions)
             t = tick * (1.0 / info.control_rate)
             arm, gripper = self.expert.act(t, self.joint_positions, self.objects)
         except (ValueError, IndexError, ArithmeticError, np.linalg.LinAlgError) as exc:

@@ -42,12 +42,15 @@ class EpisodeOutput(Protocol):
 class SimLoop:
     """The episodes of one run, stepped in the sim_loop thread. `mode` "realtime" or
     "lockstep"; realtime with `real_time_factor` above 0 is paced to the wall clock (paced),
-    with 0 runs as fast as it can. `counted()`: record loop timing now (the node is running)."""
+    with 0 runs as fast as it can. `counted()`: record loop timing now (the node is running).
+    `before_tick()`, if given, runs at each control tick before its observation goes out
+    (sim_node applies new instructions there)."""
 
     def __init__(self, env, grid: StepGrid, out: EpisodeOutput, *, mode: str, real_time_factor: float,
                  control_rate: int, step_rate: int, reset_pause: float, lockstep_timeout: float,
                  commands: CommandInbox, periods: CommandPeriods, timing: LoopTiming, stop: threading.Event,
-                 logger, counted: Callable[[], bool], start_time: float):
+                 logger, counted: Callable[[], bool], start_time: float,
+                 before_tick: Callable[[], None] | None = None):
         if mode not in ("realtime", "lockstep"):
             raise ValueError(f"mode={mode!r} must be 'realtime' or 'lockstep'")
         if step_rate % control_rate or step_rate // control_rate != grid.steps_per_command:
@@ -59,6 +62,7 @@ class SimLoop:
         self.reset_pause, self.lockstep_timeout = reset_pause, lockstep_timeout
         self.commands, self.periods, self.timing = commands, periods, timing
         self.stop, self.logger, self.counted = stop, logger, counted
+        self.before_tick = before_tick
         self.pacer = (WallClockPacer(real_time_factor, control_rate, timing, commands.lock, stop, logger)
                       if real_time_factor > 0 else None)
         self.sim_time = start_time
@@ -154,6 +158,8 @@ class SimLoop:
     def _control_tick(self, step: int) -> bool:
         """Count the command period that ends, publish the tick's observation, wait for its
         command (lockstep) and apply the newest. False on stop."""
+        if self.before_tick is not None:
+            self.before_tick()
         arm_count, paused = self.commands.arm_count_and_paused()
         self.periods.count(step, arm_count, paused, realtime=self.mode == "realtime")
         self.commands.mark_tick()

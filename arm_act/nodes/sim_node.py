@@ -5,6 +5,12 @@ objects; applies arm_controller/commands and gripper_controller/commands the way
 forward_command_controller does (wrong length or non-finite values are rejected with a
 logged reason and the last valid target is held).
 
+New goals while it runs: a text on `task` other than the running instruction (from any
+publisher but this node) changes the episode's goal at the next control tick
+(arm_act.nodes.sim_goals, ArmEnv.change_goal); the episode message goes out again at once
+with the new instruction and the change in goal_changes. Words that give no goal on this
+table are refused with one warning line (and in sim/diagnostics); the goal stays.
+
 Modes (docs/architecture.md, "Modes"): ``realtime`` paces physics to the wall clock (or runs as fast as
 rendering allows with real_time_factor 0), always publishing /clock; ``lockstep`` advances one
 control period only after the command for the current tick has arrived, so the same seed
@@ -39,6 +45,7 @@ from arm_act.nodes.loop_timing import LoopTiming
 from arm_act.nodes.readiness import ControllerReadiness, PeerWait, RecorderReadiness
 from arm_act.nodes.scheduling import gc_values, normal_when_unpaced
 from arm_act.nodes.sim_commands import CommandInbox, CommandPeriods
+from arm_act.nodes.sim_goals import GoalInbox
 from arm_act.nodes.sim_loop import SimLoop
 from arm_act.nodes.sim_pacing import StepGrid
 from arm_act.nodes.sim_parameters import declare_parameters, read_settings
@@ -107,6 +114,10 @@ class SimNode(Node):
         self.image_pubs = {n: self.create_publisher(Image, f"camera/{n}/image_raw", 10) for n in self.cameras}
         self.info_pubs = {n: self.create_publisher(CameraInfo, f"camera/{n}/camera_info", 10) for n in self.cameras}
         self.task_pub = self.create_publisher(String, "task", TRANSIENT_LOCAL)
+        # Volatile (reliable): it matches publishers of either durability, and a transient-local
+        # one's history (this node's own last instruction, an old episode's) is not replayed.
+        self.create_subscription(String, "task", self.task_callback, 10)
+        self._own_task_gids: set[bytes] = set()
         self.episode_pub = self.create_publisher(String, "episode", TRANSIENT_LOCAL)
         self.objects_pub = self.create_publisher(MarkerArray, "objects", 10)
         self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_command_callback, 10)
@@ -128,6 +139,7 @@ class SimNode(Node):
         self.failed = False
         self.finished: list[conv.EpisodeInfo] = []
         self.commands = CommandInbox()
+        self.goals = GoalInbox()
         self.command_periods = CommandPeriods()
         # Realtime, from the first episode on: how late the loop reached its publication times
         # and why (arm_act.nodes.loop_timing).
@@ -138,7 +150,7 @@ class SimNode(Node):
             control_rate=self.control_rate, step_rate=self.step_rate, reset_pause=self.reset_pause,
             lockstep_timeout=self.lockstep_timeout, commands=self.commands, periods=self.command_periods,
             timing=self.loop_timing, stop=self._stop, logger=self.get_logger(),
-            counted=lambda: self.state == "running", start_time=CLOCK_START)
+            counted=lambda: self.state == "running", start_time=CLOCK_START, before_tick=self._apply_goal_changes)
 
     # ------------------------------------------------------------ command input and services
     @guarded("arm command (holding the last valid target)")
@@ -164,6 +176,38 @@ class SimNode(Node):
         self.commands.pause(False)
         response.success, response.message = True, "running"
         return response
+
+    @guarded("task (a new instruction; ignored)")
+    def task_callback(self, msg: String, info) -> None:
+        """A new instruction: kept for the next control tick of the running episode (the
+        sim_loop thread applies it). This node's own publications are skipped. (Two
+        parameters: rclpy then passes the MessageInfo, which names the publisher.)"""
+        gid = (info.get("publisher_gid") or {}).get("data") if isinstance(info, dict) else None
+        if gid and bytes(gid) in self._own_gids():
+            return
+        self.goals.put(str(msg.data), self.episode_index if self.state == "running" else -1)
+
+    def _own_gids(self) -> set[bytes]:
+        """The gid of this node's `task` publisher (from the graph, once it lists it)."""
+        if not self._own_task_gids:
+            for endpoint in self.get_publishers_info_by_topic(self.task_pub.topic_name):
+                if endpoint.node_name == self.get_name() and endpoint.node_namespace == self.get_namespace():
+                    self._own_task_gids.add(bytes(endpoint.endpoint_gid))
+        return self._own_task_gids
+
+    def _apply_goal_changes(self) -> None:
+        """At a control tick (sim_loop thread): apply the new instructions that came in."""
+        for outcome in self.goals.apply(self.env, self.episode_index):
+            text = outcome.text[:80]
+            if outcome.kind == "changed":
+                self._publish_episode("running")
+                self.get_logger().info(f"episode {self.episode_index}: goal changed at "
+                                       f"{self.sim_time - self.episode_start:.2f} s: {text!r}")
+            elif outcome.kind == "refused":
+                self.get_logger().warning(f"instruction {text!r} refused, the goal stays "
+                                          f"{self.env.instruction!r}: {outcome.reason}")
+            elif outcome.kind == "dropped":
+                self.get_logger().warning(f"instruction {text!r} ignored: {outcome.reason}")
 
     @guarded("recorder matching report (ignored)")
     def _recorder_matches_callback(self, msg: String) -> None:
@@ -232,6 +276,7 @@ class SimNode(Node):
             instruction=self.env.instruction, time=round(self.sim_time - self.episode_start, 6),
             start=self.episode_start, control_rate=self.control_rate, camera_rate=self.camera_rate,
             colours=tuple(sorted({o.colour for o in self.env.objects() if o.kind == "block"})),
+            goal_changes=tuple({"time": round(t, 6), "instruction": text} for t, text in self.env.goal_changes) or None,
         )
 
     def _publish_episode(self, state: str) -> None:
@@ -286,6 +331,9 @@ class SimNode(Node):
         values = {"state": self.state, "episode": str(self.episode_index), "sim_time": f"{self.sim_time:.3f}",
                   "waiting_for": "; ".join(waiting) or "nothing", "paused": str(self.commands.paused).lower(),
                   "rejected_messages": str(rejections(self).total),
+                  "goal_changes": str(len(self.env.goal_changes)) if self.episode_index >= 0 else "0",
+                  "refused_instructions": str(self.goals.refused),
+                  "last_refused_instruction": self.goals.last_refusal or "none",
                   "control_periods": str(self.control_periods),
                   "periods_without_command": str(self.periods_without_command),
                   "extra_commands": str(self.extra_commands),

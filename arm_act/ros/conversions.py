@@ -255,6 +255,10 @@ class EpisodeInfo:
     # The colours of the blocks on the table, as the episode's setup states them (sorted);
     # None where the publisher does not say. policy_node refuses an instruction naming another.
     colours: tuple[str, ...] | None = None
+    # The goal changes of the episode so far, in order: ({"time": sim s since the episode
+    # started, "instruction": the new words}, ...); None (and absent from the JSON) when there
+    # was none, so the message of an episode without one is as before the field existed.
+    goal_changes: tuple[dict, ...] | None = None
 
     @property
     def start_ns(self) -> int:
@@ -285,6 +289,30 @@ class EpisodeInfo:
                 raise ConversionError(f"episode colours {self.colours!r:.80} must be a list of at most "
                                       f"{MAX_EPISODE_COLOURS} colour names")
             object.__setattr__(self, "colours", tuple(self.colours))
+        if self.goal_changes is not None:
+            object.__setattr__(self, "goal_changes", _goal_changes(self.goal_changes))
+
+
+MAX_GOAL_CHANGES = 1000  # EpisodeInfo.goal_changes: more than any episode sees
+MAX_GOAL_CHANGE_CHARS = 500  # ... and the longest instruction one may carry
+
+
+def _goal_changes(changes) -> tuple[dict, ...]:
+    """EpisodeInfo.goal_changes checked: a list of {"time": finite s >= 0, "instruction": text}."""
+    if not isinstance(changes, (list, tuple)) or len(changes) > MAX_GOAL_CHANGES:
+        raise ConversionError(f"episode goal_changes {changes!r:.80} must be a list of at most "
+                              f"{MAX_GOAL_CHANGES} changes")
+    out = []
+    for change in changes:
+        if not isinstance(change, dict):
+            raise ConversionError(f"episode goal change {change!r:.80} is not an object")
+        at, text = change.get("time"), change.get("instruction")
+        if (isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at < 0
+                or not isinstance(text, str) or len(text) > MAX_GOAL_CHANGE_CHARS):
+            raise ConversionError(f"episode goal change {change!r:.80} needs a time (s >= 0) and an "
+                                  f"instruction (at most {MAX_GOAL_CHANGE_CHARS} characters)")
+        out.append({"time": float(at), "instruction": text})
+    return tuple(out)
 
 
 def episode_msg(info: EpisodeInfo) -> String:
@@ -293,6 +321,10 @@ def episode_msg(info: EpisodeInfo) -> String:
         del fields["colours"]  # not stated: the message is as before the field existed
     else:
         fields["colours"] = list(info.colours)
+    if not info.goal_changes:
+        del fields["goal_changes"]  # none: as before the field existed
+    else:
+        fields["goal_changes"] = list(info.goal_changes)
     return String(data=json.dumps(fields, sort_keys=True))
 
 
@@ -312,6 +344,7 @@ def episode_from_msg(msg: String) -> EpisodeInfo:
             control_rate=int(fields.get("control_rate", 50)),
             camera_rate=int(fields.get("camera_rate", 10)),
             colours=fields.get("colours"),
+            goal_changes=fields.get("goal_changes"),
         )
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise ConversionError(f"episode message is not the documented JSON: {exc}") from exc
