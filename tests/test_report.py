@@ -172,3 +172,32 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
                      "--out", str(tmp_path / "r")]) == 0
     (metrics,) = json.loads(capsys.readouterr().out)["bags"]
     assert metrics["complete"] is False and "truncated" in metrics["problem"]
+
+
+def test_goal_changes_of_each_episode(tmp_path, capsys):
+    """A new instruction accepted at 1.2 s, one refused at 0.6 s, sim_node's own at the start."""
+    first, new, refused = "put the red block in the box", "stack the red block on the blue block", "fly"
+
+    def episode(state, time, changes):
+        fields = {"episode": 0, "seed": 5, "n_blocks": 2, "state": state, "time": time,
+                  "instruction": new if changes else first, "start": START * 1e-9, "control_rate": 50}
+        if changes:
+            fields["goal_changes"] = [{"time": 1.2, "instruction": new}]
+        return String(data=json.dumps(fields))
+
+    bag = tmp_path / "episode_5"
+    with BagWriter(bag, live_topic_specs(), {"control_rate_hz": 50}) as writer:
+        writer.write("/episode", START, episode("running", 0.0, False))
+        writer.write("/task", START, String(data=first))
+        writer.write("/task", START + 600_000_000, String(data=refused))
+        writer.write("/task", START + 1_195_000_000, String(data=new))
+        writer.write("/episode", START + 1_200_000_000, episode("running", 1.2, True))
+        writer.write("/episode", START + 3_000_000_000, episode("success", 3.0, True))
+    (record,) = analyse_bag(bag).metrics["episodes"]
+    assert record["first_instruction"] == first and record["instruction"] == new
+    assert record["goal_changes"] == [{"time": 1.2, "instruction": new}]
+    assert record["ignored_instructions"] == [{"time": pytest.approx(0.6), "instruction": refused}]
+    assert cli.main(["report", str(bag), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert f"-> {new!r} at 1.20 s" in out and f"ignored {refused!r} at 0.60 s" in out
+    assert "## Goal changes" in (tmp_path / "report" / "summary.md").read_text()

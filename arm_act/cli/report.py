@@ -15,7 +15,7 @@ from pathlib import Path
 
 from arm_act.bags import BagError
 from arm_act.cli.main import CommandError
-from arm_act.eval.report import aggregate_line, bag_line, report_bags
+from arm_act.eval.report import aggregate_line, bag_line, describe_goal_changes, report_bags
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +43,11 @@ def run(args) -> int:
         return 0
     for analysis in analyses:
         print(f"{analysis.path}: {bag_line(analysis.metrics)}")
+        for episode in analysis.metrics["episodes"]:
+            changes = describe_goal_changes(episode)
+            if changes:
+                first = episode.get("first_instruction") or episode["instruction"]
+                print(f"  episode {episode['episode']} ({first!r}): {changes}")
     print(f"total: {aggregate_line(summary)}")
     print(f"wrote {out / 'summary.md'} and {len(files) - 2} plots")
     return 0

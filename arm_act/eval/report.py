@@ -19,6 +19,10 @@ Definitions:
 - jerk: 3! x the third divided difference of consecutive arm commands over their
   timestamps; on a uniform grid this is the third difference / dt^3, and it is exact for
   cubic motion on any grid.
+- goal changes: per episode, the new instructions sim_node accepted while it ran (the
+  episode JSON's goal_changes: sim s since the episode started, and the words), and the
+  texts on `task` during the episode that changed nothing (refused, or the running
+  instruction again: ignored_instructions, at their receive time).
 """
 from __future__ import annotations
 
@@ -58,6 +62,7 @@ class Series:
     chunk_latency: list = field(default_factory=list)
     episodes: dict = field(default_factory=dict)  # id -> {"first_t": ns, "status": json, "objects": msg}
     task: str | None = None
+    task_messages: list = field(default_factory=list)  # (ns, text) of every message on `task`
 
 
 def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
@@ -91,11 +96,13 @@ def load_series(path: Path, info: BagInfo, allow_incomplete: bool) -> Series:
             except (ValueError, KeyError, TypeError):
                 continue
             entry = series.episodes.setdefault(current, {"first_t": stamp, "objects": None})
+            entry.setdefault("first_status", status)
             entry["status"] = status
         elif kind == "objects":
             series.episodes.setdefault(current, {"first_t": stamp, "status": None})["objects"] = msg
         elif kind == "task":
             series.task = str(msg.data)
+            series.task_messages.append((stamp, str(msg.data)))
         elif kind == "policy/action_chunk" and stamp_to_ns(msg.header.stamp) > 0:
             series.chunk_latency.append(stamp - stamp_to_ns(msg.header.stamp))
     return series
@@ -209,6 +216,32 @@ def objects_success(objects_msg, instruction: str | None) -> bool | None:
     return inside(blocks[named]) and not any(inside(b) for c, b in blocks.items() if c != named)
 
 
+def goal_changes(status: dict, first_status: dict | None, task_messages: list) -> tuple[list, list]:
+    """An episode's goal changes from its last status JSON -> ([{"time", "instruction"}],
+    [{"time", "instruction"}] of the `task` texts during it that changed nothing). Times are
+    s since the episode started; malformed entries are skipped."""
+    changes = []
+    for change in status.get("goal_changes") or []:
+        if isinstance(change, dict) and isinstance(change.get("time"), (int, float)):
+            changes.append({"time": float(change["time"]), "instruction": str(change.get("instruction"))})
+    start, length = status.get("start"), status.get("time")
+    if not isinstance(start, (int, float)) or not isinstance(length, (int, float)):
+        return changes, []
+    start_ns, end_ns = int(round(start * 1e9)), int(round((start + length) * 1e9))
+    words = {(first_status or status).get("instruction")} | {c["instruction"] for c in changes}
+    ignored = [{"time": round((t - start_ns) * 1e-9, 6), "instruction": text} for t, text in task_messages
+               if start_ns <= t <= end_ns and text not in words]
+    return changes, ignored
+
+
+def describe_goal_changes(episode: dict) -> str | None:
+    """One line of an episode's goal changes ("-> 'words' at 2.00 s"), None without any."""
+    parts = [f"-> {c['instruction']!r} at {c['time']:.2f} s" for c in episode.get("goal_changes") or []]
+    parts += [f"ignored {c['instruction'][:60]!r} at {c['time']:.2f} s"
+              for c in episode.get("ignored_instructions") or []]
+    return "; ".join(parts) or None
+
+
 # ---------------------------------------------------------------- one bag, many bags
 @dataclass
 class BagAnalysis:
@@ -266,12 +299,16 @@ def analyse_bag(path, *, allow_incomplete: bool = False) -> BagAnalysis:
         entry = series.episodes[episode_id]
         status = entry.get("status") or {}
         state = status.get("state")
+        changes, ignored = goal_changes(status, entry.get("first_status"), series.task_messages)
+        first = (entry.get("first_status") or status).get("instruction")
         episodes.append({
             "episode": episode_id, "seed": status.get("seed"), "n_blocks": status.get("n_blocks"),
             "instruction": status.get("instruction"), "state": state,
             "success": None if state in (None, "running") else state == "success",
             "objects_success": objects_success(entry.get("objects"), status.get("instruction") or series.task),
             "duration_s": status.get("time"),
+            **({"first_instruction": first, "goal_changes": changes} if changes else {}),
+            **({"ignored_instructions": ignored} if ignored else {}),
         })
     metrics = {
         "bag": str(info.path), "complete": info.complete, "problem": info.problem,
@@ -421,6 +458,11 @@ def write_report(analyses: list[BagAnalysis], summary: dict, out_dir: Path, plot
         written += files
         links = " ".join(f"[{f.name.rsplit('_', 1)[1][:-4]}]({f.name})" for f in files)
         lines.append(f"| {analysis.path} | {bag_line(analysis.metrics)} | {links} |")
+    changed = [(a.path, e) for a in analyses for e in a.metrics["episodes"] if describe_goal_changes(e)]
+    if changed:
+        lines += ["", "## Goal changes", "", "| bag | episode | first instruction | changes |", "|---|---|---|---|"]
+        lines += [f"| {path} | {e['episode']} | {e.get('first_instruction') or e['instruction']} | "
+                  f"{describe_goal_changes(e)} |" for path, e in changed]
     lines += ["", "Definitions: see the docstring of arm_act/eval/report.py.", ""]
     (out_dir / "summary.md").write_text("\n".join(lines))
     (out_dir / "report.json").write_text(json.dumps(
