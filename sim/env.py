@@ -25,6 +25,9 @@ from arm_act.sim.task import OPEN_GRIPPER, ObjectState, PickPlaceTask, draw_goal
 
 logger = logging.getLogger(__name__)
 
+LIFTED_AT_CHANGE = 0.04
+"""m: a block whose centre is this high at a scheduled goal change is off the table, in the gripper
+(blocks rest at 0.02; the first goal is the box, so no block rests on another)."""
 STATUSES = ("running", "success", "failure", "timeout")  # what status() returns; episode messages carry them
 
 
@@ -66,6 +69,8 @@ class ArmEnv:
         self.task, self.fixed_instruction, self.phrasing = task, instruction, phrasing
         self.goal_change = goal_change
         self.goal_change_refused: str | None = None  # why this episode's scheduled change was refused
+        # The blocks lifted off the table (centre above LIFTED_AT_CHANGE) when it came due.
+        self.goal_change_lifted: list[str] = []
         self._drawn: perturb.EpisodePerturbation | None = None
         self._perturb_log: dict = {}
         self._distractors: list[int] = []
@@ -137,6 +142,7 @@ class ArmEnv:
         self._goal_changes = []
         self._goal_change_due = self.goal_change is not None
         self.goal_change_refused = None
+        self.goal_change_lifted = []
         if self._goal_change_due and self.goal_change.at <= 0:
             self._scheduled_goal_change()
         logger.debug("reset seed=%d n_blocks=%d: %s", seed, n_blocks, self.instruction)
@@ -212,7 +218,9 @@ class ArmEnv:
         """Apply the goal_change due now (once an episode); a refusal is logged and kept."""
         self._goal_change_due = False
         _, task = self._require()
-        positions = {task.block_colours[k]: self._backend.base_pose(b)[0][:2] for k, b in task.blocks.items()}
+        poses = {task.block_colours[k]: self._backend.base_pose(b)[0] for k, b in task.blocks.items()}
+        positions = {c: p[:2] for c, p in poses.items()}
+        self.goal_change_lifted = sorted(c for c, p in poses.items() if p[2] > LIFTED_AT_CHANGE)
         text = self.goal_change.instruction(task.goal, positions, self.seed)
         result = Refusal(f"no {self.goal_change.to} goal in this layout") if text is None else self.change_goal(text)
         if not isinstance(result, Goal):

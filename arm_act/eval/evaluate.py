@@ -53,7 +53,7 @@ def run_one(runner, env, spec) -> dict:
     and the goal's family and goal unless the env runs the plain box task. With a goal
     change the goal is the one at the end, and goal_changes lists (time, instruction) of
     each change (empty when the episode ended first), goal_change_refused why it was not
-    made (None when it was, or never came due)."""
+    made (None when it was, or never came due), lifted_at_change the blocks in the gripper then."""
     record = runner.run(env, spec)
     plain = env.task == "box" and env.fixed_instruction is None and env.phrasing == "canonical"
     if not plain or env.goal_change is not None:
@@ -62,6 +62,7 @@ def run_one(runner, env, spec) -> dict:
     if env.goal_change is not None:
         record["goal_changes"] = [{"time": round(t, 4), "instruction": text} for t, text in env.goal_changes]
         record["goal_change_refused"] = env.goal_change_refused
+        record["lifted_at_change"] = env.goal_change_lifted
     if env.perturbation is not None:
         record["perturbation"] = env.perturbation_info()
     return record
@@ -181,10 +182,14 @@ def goal_change_summary(change: str, results: list[dict]) -> dict:
     how many of those reached the new goal."""
     changed = [r for r in results if r.get("goal_changes")]
     reached = sum(bool(r["success"]) for r in changed)
+    # A block in the gripper at the change: the old goal's, set down first (box), or carried on (stack).
+    holding = [r for r in changed if r.get("lifted_at_change")]
     return {"change": change, "episodes_changed": len(changed),
             "ended_before": sum(not r.get("goal_changes") and not r.get("goal_change_refused") for r in results),
             "refused": sum(bool(r.get("goal_change_refused")) for r in results),
-            "reached_new_goal": reached, "new_goal_rate": reached / len(changed) if changed else None}
+            "reached_new_goal": reached, "new_goal_rate": reached / len(changed) if changed else None,
+            "changed_with_a_block_in_hand": len(holding),
+            "reached_with_a_block_in_hand": sum(bool(r["success"]) for r in holding)}
 
 
 def evaluate(config: EvalConfig, on_record: Callable[[dict], None] | None = None) -> dict:
