@@ -312,8 +312,10 @@ class BagRecorder(Node):
             return
         ordered = [self.episodes[k] for k in sorted(self.episodes)]
         self.writer.set_metadata("episode_seeds", [e.get("seed") for e in ordered])
+        # An episode whose goal changed mid-episode also lists the changes (time, instruction).
         self.writer.set_metadata("episodes", [
-            {k: e.get(k) for k in ("episode", "seed", "n_blocks", "state", "instruction", "time")} for e in ordered])
+            {**{k: e.get(k) for k in ("episode", "seed", "n_blocks", "state", "instruction", "time")},
+             **({"goal_changes": e["goal_changes"]} if e.get("goal_changes") else {})} for e in ordered])
 
     def flush_callback(self) -> None:
         if self.failed is None and not self.writer.closed:
