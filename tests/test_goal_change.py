@@ -123,3 +123,20 @@ def test_expert_reaches_the_new_goal(change):
             ((at, words),) = result.goal_changes
             assert at == pytest.approx(GoalChange.parse(change).at) and words == result.instruction
             assert result.goal.family == change.split(":")[1]
+
+
+def test_sim_node_inbox_applies_texts_of_the_running_episode_only(env):
+    from arm_act.nodes.sim_goals import MAX_TASK_CHARS, GoalInbox
+
+    env.reset(0, 3)
+    other = next(o.colour for o in env.objects() if o.kind == "block" and o.colour != env.goal.colour)
+    inbox = GoalInbox()
+    inbox.put(f"put the {other} block in the box", 0)  # arrived during episode 0
+    inbox.put(env.instruction, 1)
+    inbox.put("x" * (MAX_TASK_CHARS + 1), 1)
+    inbox.put("put the box in the block", 1)
+    kinds = [o.kind for o in inbox.apply(env, 1)]
+    assert kinds == ["dropped", "same", "refused", "refused"]
+    assert env.goal_changes == [] and inbox.refused == 2 and "block" in inbox.last_refusal
+    inbox.put(f"put the {other} block in the box", 1)
+    assert [o.kind for o in inbox.apply(env, 1)] == ["changed"] and env.goal == Goal("box", other)
