@@ -81,3 +81,20 @@ def test_collect_bags_carry_the_goal(tmp_path, capsys):
 def test_demo_refuses_an_instruction_without_a_goal_before_starting_nodes(capsys):
     code = cli.main(["demo", "--expert", "--no-view", "--instruction", "stack the red block"])
     assert code == 2 and "two colours" in capsys.readouterr().err
+
+
+def test_eval_change_goal_records_the_change_and_judges_the_new_goal(capsys):
+    code, out, err = _eval(capsys, "--episodes", "1", "--seed", "1000", "--blocks", "3", "--json",
+                           "--change-goal", "2.4:stack")
+    assert code == 0, err
+    summary = json.loads(out)
+    (record,) = summary["results"]
+    (change,) = record["goal_changes"]
+    assert change["time"] == pytest.approx(2.4) and change["instruction"] == record["instruction"]
+    assert record["family"] == "stack" and record["success"] and record["lifted_at_change"]
+    assert summary["goal_change"]["reached_new_goal"] == summary["goal_change"]["reached_with_a_block_in_hand"] == 1
+    for args, reason in ((["--change-goal", "stack"], "not AT_S:TO"),
+                         (["--change-goal", "1:put it somewhere"], "unknown word"),
+                         (["--change-goal", "1:box", "--over-ros"], "publish the new instruction")):
+        code, _, err = _eval(capsys, "--episodes", "1", *args)
+        assert code == 2 and reason in err and err.count("\n") == 1, err
