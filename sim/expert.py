@@ -51,13 +51,12 @@ from arm_act.sim.backend import Backend, quat_from_yaw, quat_multiply, quat_to_m
 from arm_act.sim.instructions import Goal, parse_goal
 from arm_act.sim.robot import GRIPPER_MAX, HOME, Panda
 from arm_act.sim.task import (
-    BOX_MARGIN,
     BOX_WALL,
-    PLACE_CLEARANCE,
     PLACE_REACH,
     ObjectState,
     in_relation_zone,
     relation_spot,
+    spot_clearance,
 )
 
 logger = logging.getLogger(__name__)
@@ -196,10 +195,8 @@ def set_down_spot(hand_xy, obstacles_xy, box_center, box_outer: float) -> np.nda
             cand = np.array([x, y])
             if float(np.hypot(x, y)) > PLACE_REACH[1] - 0.05:  # well inside the reach limit
                 continue
-            if np.all(np.abs(cand - box) < box_outer / 2 + BOX_MARGIN):
-                continue
-            clearance = min((float(np.linalg.norm(cand - o)) for o in obstacles), default=1.0)
-            if clearance < PLACE_CLEARANCE:
+            clearance = spot_clearance(cand, obstacles, box, box_outer)
+            if clearance is None:
                 continue
             # Room first (up to 12 cm), then a short way there.
             score = min(clearance, 0.12) - 0.2 * float(np.linalg.norm(cand - hand))

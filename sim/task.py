@@ -104,6 +104,16 @@ def in_relation_zone(named_xy, reference_xy, relation: str) -> bool:
     return along > across / math.tan(RELATION_HALF_ANGLE)
 
 
+def spot_clearance(cand: np.ndarray, obstacles: list[np.ndarray], box: np.ndarray, box_outer: float) -> float | None:
+    """The distance from a candidate spot (x, y) to the nearest obstacle (1 m when there is
+    none), or None when the spot is within BOX_MARGIN of the box or PLACE_CLEARANCE of an
+    obstacle: the rule every place on the table keeps (relation_spot, expert.set_down_spot)."""
+    if np.all(np.abs(cand - box) < box_outer / 2 + BOX_MARGIN):
+        return None
+    clearance = min((float(np.linalg.norm(cand - o)) for o in obstacles), default=1.0)
+    return None if clearance < PLACE_CLEARANCE else clearance
+
+
 def relation_spot(reference_xy, relation: str, obstacles_xy, box_center, box_outer: float) -> np.ndarray | None:
     """Where to set a block down `relation` of a block at reference_xy: the candidate (6-10 cm
     away, up to 30 degrees off the relation's direction) farthest from the obstacles (other
@@ -120,10 +130,8 @@ def relation_spot(reference_xy, relation: str, obstacles_xy, box_center, box_out
             cand = ref + dist * np.array([math.cos(angle), math.sin(angle)])
             if cand[0] < PLACE_REACH[0] or float(np.hypot(cand[0], cand[1])) > PLACE_REACH[1]:
                 continue
-            if np.all(np.abs(cand - box) < box_outer / 2 + BOX_MARGIN):
-                continue
-            clearance = min((float(np.linalg.norm(cand - o)) for o in obstacles), default=1.0)
-            if clearance < PLACE_CLEARANCE:
+            clearance = spot_clearance(cand, obstacles, box, box_outer)
+            if clearance is None:
                 continue
             # Prefer the nominal spot; move off it only for room.
             score = min(clearance, 0.15) - 0.1 * abs(dist - 0.08) - 0.0005 * abs(off)
