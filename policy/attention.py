@@ -134,9 +134,11 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
-                explicit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                explicit: bool = False, weight_rows: slice | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, L, D), memory (B, S, D) or None for self-attention, mask bool broadcastable
         to (B, H, L, S) -> (out (B, L, D), weights (B, H, L, S) if need_weights else None).
+        weight_rows: only these queries' weights (B, H, rows, S), computed for them alone.
         """
         b, length, d = x.shape
         if memory is None:
@@ -162,6 +164,11 @@ class MultiHeadAttention(nn.Module):
                 # Weights for viewers, computed beside the fused kernel rather than instead of
                 # it: asking to see the attention must not change the actions (the fused and
                 # explicit paths agree only to float32 rounding, ~1e-7).
+                if weight_rows is not None:
+                    q = q[:, :, weight_rows]
+                    mask = mask[..., weight_rows, :] if mask is not None and mask.shape[-2] > 1 else mask
                 _, weights = attention_explicit(q, k, v, mask)
+        if weights is not None and weight_rows is not None and weights.shape[-2] == length:
+            weights = weights[:, :, weight_rows]  # the explicit path computed every row
         out = out.transpose(1, 2).reshape(b, length, d)  # (B, L, D)
         return self.out_proj(out), (weights if need_weights else None)

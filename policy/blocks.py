@@ -58,11 +58,12 @@ class EncoderLayer(nn.Module):
         self.mlp = MLP(width, mlp_ratio, dropout)
         self.mlp_res = _Residual(width, dropout, pre_ln)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, rows: slice | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, N, D), mask bool broadcastable to (B, H, N, N) -> ((B, N, D), the
-        self-attention weights (B, H, N, N) if need_weights else None)."""
-        update, weights = self.attn(self.attn_res.sublayer_input(x), mask=mask, need_weights=need_weights)
+        """x (B, N, D), mask bool broadcastable to (B, H, N, N) -> ((B, N, D), with `rows` (a
+        slice of the tokens) their self-attention weights (B, H, rows, N), else None)."""
+        update, weights = self.attn(self.attn_res.sublayer_input(x), mask=mask, need_weights=rows is not None,
+                                    weight_rows=rows)
         x = self.attn_res.add(x, update)
         return self.mlp_res.add(x, self.mlp(self.mlp_res.sublayer_input(x))), weights  # (B, N, D)
 
@@ -112,9 +113,9 @@ class Encoder(nn.Module):
         weights of those tokens averaged over the layers (B, H, rows, N), else None."""
         total = None
         for layer in self.layers:
-            x, weights = layer(x, mask, need_weights=rows is not None)  # (B, N, D)
+            x, weights = layer(x, mask, rows)  # (B, N, D)
             if weights is not None:
-                total = weights[:, :, rows] if total is None else total + weights[:, :, rows]
+                total = weights if total is None else total + weights
         return self.norm(x), None if total is None else total / len(self.layers)
 
 

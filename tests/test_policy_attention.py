@@ -196,10 +196,12 @@ def test_the_instructions_attention_is_the_words_rows_averaged_over_layers():
     torch.testing.assert_close(words[0, :, :7].sum(-1), torch.ones(2, 7))  # each layer's rows sum to 1
     assert torch.all(words[0, :, :, model.layout.instruction.start + 7] == 0)  # the padding is never attended
     # The same rows, by hand, through the layers' explicit attention.
-    captured = []
+    captured = []  # each layer's attention input and mask, to compute every row again
     for layer in model.encoder.layers:
-        layer.attn.register_forward_hook(lambda _m, _i, o: captured.append(o[1]))
+        layer.attn.register_forward_hook(lambda m, args, kwargs, _o: captured.append((m, args[0], kwargs["mask"])),
+                                         with_kwargs=True)
     model(images, state, ids, mask, need_weights=True)
-    by_hand = sum(w[:, :, model.layout.instruction] for w in captured) / len(captured)
+    full = [m(x, mask=key_mask, need_weights=True, explicit=True)[1] for m, x, key_mask in captured]  # (B, H, N, N)
+    by_hand = sum(w[:, :, model.layout.instruction] for w in full) / len(full)
     torch.testing.assert_close(words, by_hand)
     assert model(images, state, ids, mask).instruction_attention is None  # not asked: not computed

@@ -117,7 +117,6 @@ class SimNode(Node):
         # Volatile (reliable): it matches publishers of either durability, and a transient-local
         # one's history (this node's own last instruction, an old episode's) is not replayed.
         self.create_subscription(String, "task", self.task_callback, 10)
-        self._own_task_gids: set[bytes] = set()
         self.episode_pub = self.create_publisher(String, "episode", TRANSIENT_LOCAL)
         self.objects_pub = self.create_publisher(MarkerArray, "objects", 10)
         self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_command_callback, 10)
@@ -178,22 +177,12 @@ class SimNode(Node):
         return response
 
     @guarded("task (a new instruction; ignored)")
-    def task_callback(self, msg: String, info) -> None:
+    def task_callback(self, msg: String) -> None:
         """A new instruction: kept for the next control tick of the running episode (the
-        sim_loop thread applies it). This node's own publications are skipped. (Two
-        parameters: rclpy then passes the MessageInfo, which names the publisher.)"""
-        gid = (info.get("publisher_gid") or {}).get("data") if isinstance(info, dict) else None
-        if gid and bytes(gid) in self._own_gids():
-            return
+        sim_loop thread applies it). This node's own publication (at an episode's start) is
+        that episode's instruction, which GoalInbox takes as no change. One parameter: the
+        executables' EventsExecutor cannot call a (msg, info) callback."""
         self.goals.put(str(msg.data), self.episode_index if self.state == "running" else -1)
-
-    def _own_gids(self) -> set[bytes]:
-        """The gid of this node's `task` publisher (from the graph, once it lists it)."""
-        if not self._own_task_gids:
-            for endpoint in self.get_publishers_info_by_topic(self.task_pub.topic_name):
-                if endpoint.node_name == self.get_name() and endpoint.node_namespace == self.get_namespace():
-                    self._own_task_gids.add(bytes(endpoint.endpoint_gid))
-        return self._own_task_gids
 
     def _apply_goal_changes(self) -> None:
         """At a control tick (sim_loop thread): apply the new instructions that came in."""
