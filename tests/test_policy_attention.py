@@ -197,10 +197,11 @@ def test_the_instructions_attention_is_the_words_rows_averaged_over_layers():
     assert torch.all(words[0, :, :, model.layout.instruction.start + 7] == 0)  # the padding is never attended
     # The same rows, by hand, through the layers' explicit attention.
     captured = []  # each layer's attention input and mask, to compute every row again
-    for layer in model.encoder.layers:
-        layer.attn.register_forward_hook(lambda m, args, kwargs, _o: captured.append((m, args[0], kwargs["mask"])),
-                                         with_kwargs=True)
+    hooks = [layer.attn.register_forward_hook(lambda m, args, kwargs, _o: captured.append((m, args[0], kwargs["mask"])),
+                                              with_kwargs=True) for layer in model.encoder.layers]
     model(images, state, ids, mask, need_weights=True)
+    for hook in hooks:  # before calling the modules again, which would capture once more
+        hook.remove()
     full = [m(x, mask=key_mask, need_weights=True, explicit=True)[1] for m, x, key_mask in captured]  # (B, H, N, N)
     by_hand = sum(w[:, :, model.layout.instruction] for w in full) / len(full)
     torch.testing.assert_close(words, by_hand)
