@@ -56,7 +56,11 @@ def test_reset_with_a_seed_gives_the_evaluations_world(blocks, robustness):
 @pytest.mark.unit
 @pytest.mark.parametrize("vector", ["sync", "async"])
 def test_it_runs_as_a_vector_env(vector):
-    envs = gymnasium.make_vec("arm_act/PickPlace-v0", num_envs=2, vectorization_mode=vector)
+    # Async workers start by forkserver, as docs/using.md advises: a fork of this test process
+    # copies whatever threads earlier tests left in it (DDS, torch), and once in a full suite
+    # a forked worker died before it answered its first reset.
+    kwargs = {"context": "forkserver"} if vector == "async" else {}
+    envs = gymnasium.make_vec("arm_act/PickPlace-v0", num_envs=2, vectorization_mode=vector, vector_kwargs=kwargs)
     try:
         obs, info = envs.reset(seed=[5, 6])
         assert obs["pixels"]["front"].shape == (2, 96, 96, 3) and obs["agent_pos"].shape == (2, 9)

@@ -6,22 +6,20 @@ executor (temporal ensembling or queue) at the control rate on sim time. The con
 (driven by /clock, see ControllerNode) never waits for inference: it only reads the chunks
 the worker has finished (docs/architecture.md, "Threading").
 
-Lifecycle (rclpy.lifecycle; `ros2 lifecycle set /policy_node <transition>`; the table of
-transitions is in docs/ros.md): configure loads and checks the checkpoint (a bad one fails
-the transition, the reason in the log and policy/diagnostics' `last_error`); activate
+Lifecycle (docs/ros.md has the table): configure loads and checks the checkpoint (a bad one
+fails the transition, the reason in the log and policy/diagnostics' `last_error`); activate
 commands from the measured pose; deactivate holds the arm where it is; cleanup releases the
 model. With `autostart` (default true) the node configures and activates itself, so
 `ros2 run arm_act policy_node` just works; launch files drive the transitions themselves.
 
-Safety: observations older than `stale_timeout` (sim seconds) or a failed inference make the
-node hold the last command and say so in policy/diagnostics. Every command is clamped to the
+Safety: stale observations (`stale_timeout`), a failed inference or an instruction it cannot
+read make the node hold and say so in policy/diagnostics. Every command is clamped to the
 joint limits and a maximum joint speed; a message the node cannot use is rejected with a
-throttled warning naming it (arm_act.nodes.guard). Parameters: policy_parameters.py.
+throttled warning naming it (arm_act.nodes.guard).
 
-The node keeps the lifecycle, the parameters, the ROS interfaces and what is published; its
-parts live beside it: ObservationSync (the cameras and joint states matched by stamp),
-InferenceWorker (the inference thread), PolicyStats (the counters and policy/diagnostics)
-and policy_parameters (the declarations and when each parameter may change).
+Its parts live beside it: ObservationSync (cameras and joint states matched by stamp),
+InferenceWorker (the inference thread), PolicyStats (counters, diagnostics), ChunkOutputs
+(the per-chunk topics), policy_parameters (declarations, when each may change).
 """
 from __future__ import annotations
 
@@ -31,18 +29,17 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image
-from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
-from trajectory_msgs.msg import JointTrajectory
 
 from arm_act.common import realtime
 from arm_act.nodes import policy_parameters as params
+from arm_act.nodes.chunk_outputs import ChunkOutputs
 from arm_act.nodes.controller import MAX_FUTURE_S, ControllerNode
 from arm_act.nodes.guard import guarded, rejections
 from arm_act.nodes.inference_worker import InferenceWorker, Job
 from arm_act.nodes.instruction_check import InstructionCheck, RefusalLog
 from arm_act.nodes.observation_sync import ObservationSync
-from arm_act.nodes.policy_stats import PolicyStats, diagnostic_status, node_input
+from arm_act.nodes.policy_stats import PolicyStats, diagnostic_array, lifecycle_waits, node_input
 from arm_act.nodes.silent_inputs import SilentInputs
 from arm_act.policy.runtime import PolicyRuntime
 from arm_act.policy.selection import ActionSelector
@@ -82,7 +79,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
 
     def _create_interfaces(self) -> None:
         """Camera subscriptions, the chunk, attention and diagnostics publishers, services."""
-
         p = self.get_parameter
         # The cameras are the shipped policy's (front, wrist); configure checks that the
         # checkpoint wants exactly these.
@@ -91,12 +87,8 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.cameras_in = SilentInputs(self, lambda: [
             self.create_subscription(Image, topic, lambda msg, c=camera: self.image_callback(c, msg), SENSOR_DATA)
             for camera, topic in self.camera_topics.items()], float(p("image_timeout").value), "camera images")
-        self.chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", 10)
-        # For viewers, one per chunk (Float32MultiArray, dims camera x row x col): the action
-        # queries' mean cross-attention over each camera's patches, and the instruction's words'.
+        self.outputs = ChunkOutputs(self, self.control_rate)
         self.publish_attention = bool(p("publish_attention").value)
-        self.attention_pub = self.create_publisher(Float32MultiArray, "policy/attention", 10)
-        self.words_pub = self.create_publisher(Float32MultiArray, "policy/instruction_attention", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "policy/diagnostics", 10)
         self.create_service(Trigger, "~/enable", lambda _, response: self._set_enabled(True, response))
         self.create_service(Trigger, "~/disable", lambda _, response: self._set_enabled(False, response))
@@ -261,12 +253,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 self.stats.chunk_timed(self.episode.tick_of(index * 1_000_000_000 // self.control_rate) - job.tick)
             # Publishing under the lock: destroy_node takes the lock before the publishers go.
             if not stop.is_set():
-                period = 1.0 / self.control_rate
-                self.chunk_pub.publish(conv.action_chunk_msg(job.stamp_ns * 1e-9, pred.actions, period))
-                if pred.attention is not None:
-                    self.attention_pub.publish(conv.attention_msg(pred.attention, self.sync.cameras))
-                if pred.instruction_attention is not None:
-                    self.words_pub.publish(conv.attention_msg(pred.instruction_attention, self.sync.cameras))
+                self.outputs.publish(job.stamp_ns, pred, self.sync.cameras)
         self.try_lockstep_tick()
         return True
 
@@ -335,12 +322,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         for camera, topic in self.camera_topics.items():
             if camera not in self.sync.images:
                 missing.append(f"{camera} camera images on {self.resolve_topic_name(topic)}")
-        if self.lifecycle_state == "unconfigured":
-            missing.append("configure (ros2 lifecycle set " + self.get_fully_qualified_name() + " configure)"
-                           + (f"; {self.last_error}" if self.last_error else ""))
-        elif self.lifecycle_state == "inactive":
-            missing.append("activate (ros2 lifecycle set " + self.get_fully_qualified_name() + " activate)")
-        return missing
+        return missing + lifecycle_waits(self.lifecycle_state, self.get_fully_qualified_name(), self.last_error)
 
     # ------------------------------------------------------------ services and diagnostics
     def _set_enabled(self, enabled: bool, response):
@@ -355,9 +337,7 @@ class PolicyNode(ControllerNode, LifecycleNode):
         with self.lock:
             self.waiting = self.waiting_for()
             values = self.stats.diagnostic_values(node_input(self, self.get_clock().now().nanoseconds))
-        array = DiagnosticArray(status=[diagnostic_status(values, self.waiting)])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+        self.diag_pub.publish(diagnostic_array(values, self.waiting, self.get_clock().now().to_msg()))
 
     def destroy_node(self):
         self.worker.stop()

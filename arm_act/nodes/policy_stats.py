@@ -11,7 +11,7 @@ import dataclasses
 import time
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from arm_act.common import realtime
 from arm_act.nodes.guard import rejections
@@ -151,3 +151,20 @@ def diagnostic_status(values: dict[str, str], waiting: list[str]) -> DiagnosticS
     message = values["state"] + (f": waiting for {values['waiting_for']}" if waiting else "")
     return DiagnosticStatus(level=level, name="policy_node: inference", message=message, hardware_id="arm_act",
                             values=[KeyValue(key=k, value=v) for k, v in values.items()])
+
+
+def diagnostic_array(values: dict[str, str], waiting: list[str], stamp) -> DiagnosticArray:
+    """The policy/diagnostics message: diagnostic_status's one status, stamped `stamp`."""
+    array = DiagnosticArray(status=[diagnostic_status(values, waiting)])
+    array.header.stamp = stamp
+    return array
+
+
+def lifecycle_waits(state: str, name: str, last_error: str) -> list[str]:
+    """What an unconfigured or inactive node waits for, as `waiting` in its diagnostics:
+    the transition to request, with the command that requests it."""
+    if state == "unconfigured":
+        return [f"configure (ros2 lifecycle set {name} configure)" + (f"; {last_error}" if last_error else "")]
+    if state == "inactive":
+        return [f"activate (ros2 lifecycle set {name} activate)"]
+    return []
