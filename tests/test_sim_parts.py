@@ -62,6 +62,15 @@ def test_a_new_episode_forgets_the_targets_and_a_reset_request_but_not_the_count
     assert inbox.target_to_apply() is None
 
 
+def test_the_trigger_services_pause_unpause_and_request_a_reset():
+    inbox = CommandInbox()
+    assert inbox.service("pause") == "paused" and inbox.paused
+    assert inbox.service("unpause") == "running" and not inbox.paused
+    assert inbox.service("reset") == "next episode starts" and inbox.reset_requested
+    with pytest.raises(ValueError, match="no service 'stop'"):
+        inbox.service("stop")
+
+
 @pytest.mark.parametrize("pose", [np.zeros(7), np.zeros(0)])
 def test_a_reset_pose_without_the_gripper_is_refused(pose):
     with pytest.raises(ValueError, match="7 arm joints and the gripper"):

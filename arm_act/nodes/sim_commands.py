@@ -62,6 +62,17 @@ class CommandInbox:
             self.reset_requested = True
             self.lock.notify_all()
 
+    def service(self, name: str) -> str:
+        """sim_node's Trigger services (~/reset, ~/pause, ~/unpause): do what `name` asks and
+        return the service's answer."""
+        if name == "reset":
+            self.request_reset()
+            return "next episode starts"
+        if name not in ("pause", "unpause"):
+            raise ValueError(f"no service {name!r}: reset, pause or unpause")
+        self.pause(name == "pause")
+        return "paused" if name == "pause" else "running"
+
     def pause(self, paused: bool) -> None:
         with self.lock:
             self.paused = paused

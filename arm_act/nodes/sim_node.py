@@ -121,9 +121,8 @@ class SimNode(Node):
         self.objects_pub = self.create_publisher(MarkerArray, "objects", 10)
         self.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC, self.arm_command_callback, 10)
         self.create_subscription(Float64MultiArray, conv.GRIPPER_COMMAND_TOPIC, self.gripper_command_callback, 10)
-        self.create_service(Trigger, "~/reset", self.reset_callback)
-        self.create_service(Trigger, "~/pause", self.pause_callback)
-        self.create_service(Trigger, "~/unpause", self.unpause_callback)
+        for name in ("reset", "pause", "unpause"):
+            self.create_service(Trigger, f"~/{name}", lambda _, response, n=name: self._trigger(n, response))
         self.diag_pub = self.create_publisher(DiagnosticArray, "sim/diagnostics", 10)
         self.create_timer(1.0, self.publish_diagnostics, clock=RosClock(clock_type=ClockType.STEADY_TIME))
 
@@ -161,19 +160,9 @@ class SimNode(Node):
         (opening,) = conv.command_from_msg(msg, 1, "gripper")
         self.commands.put_gripper(float(opening))
 
-    def reset_callback(self, request, response):
-        self.commands.request_reset()
-        response.success, response.message = True, "next episode starts"
-        return response
-
-    def pause_callback(self, request, response):
-        self.commands.pause(True)
-        response.success, response.message = True, "paused"
-        return response
-
-    def unpause_callback(self, request, response):
-        self.commands.pause(False)
-        response.success, response.message = True, "running"
+    def _trigger(self, name: str, response):
+        """~/reset (the next episode starts now), ~/pause and ~/unpause (CommandInbox.service)."""
+        response.success, response.message = True, self.commands.service(name)
         return response
 
     @guarded("task (a new instruction; ignored)")
