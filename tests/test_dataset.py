@@ -24,6 +24,7 @@ from arm_act.data.dataset import DatasetError, extract_episode, load_dataset
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.data import ChunkDataset, augment_images, fit_normalizer, split_episodes
 from arm_act.policy.train_config import TrainConfig
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -280,10 +281,16 @@ def test_processes_split_the_decoding_and_wait_for_each_other(tmp_path, monkeypa
     real = ds.extract_episode
     monkeypatch.setattr(ds, "extract_episode", lambda bag, *a: calls.append(os.path.basename(bag)) or real(bag, *a))
 
-    # The partner delivers while this process waits: its share is decoded once, by it.
-    partner = threading.Timer(1.5, lambda: [load_dataset([bags[i]], cache, progress=False) for i in (0, 2)])
-    partner.start()
+    # The partner delivers while this process waits: its share is decoded once, by it. It
+    # starts once this process says it waits (however long its own share took to decode).
+    def partner_decodes():
+        wait_for(lambda: "waiting for 2 decoded bags" in caplog.text, timeout=60, step=0.05)
+        for i in (0, 2):
+            load_dataset([bags[i]], cache, progress=False)
+
+    partner = threading.Thread(target=partner_decodes)
     with caplog.at_level(logging.INFO):
+        partner.start()
         assert ds.decode_share(bags, cache, share=(1, 2), stall_s=30) == 2
     partner.join()
     assert calls == ["ep_1", "ep_3", "ep_0", "ep_2"]

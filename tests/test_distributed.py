@@ -235,6 +235,8 @@ def test_ctrl_c_under_the_torchrun_shortcut_saves_the_state_and_is_exit_130(tmp_
     assert "training state at step" in err or "the last saved training state is kept" in err, err[-3000:]
     saved = json.loads((out / "train_state" / "state.json").read_text())["step"]
     assert saved >= 2
+    if to != "group":
+        return  # the saved state is the same whichever way the signal came: resumed once, below
     resumed = subprocess.run([*args, "--steps", str(saved + 1)], env=_env(), capture_output=True, text=True,
                              timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
