@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from arm_act.sim import ArmEnv, SimConfig, perturbation_rng
@@ -382,3 +382,49 @@ def test_family_vocab_extends_the_shipped_one():
         ids, _ = tokenizer.encode(text)
         assert 1 not in ids.tolist(), text  # no <unk> in a training sentence
     assert longest_instruction(held_out=False) <= longest_instruction()
+
+
+# --- the report's check from the object markers ----------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(family=st.sampled_from(["stack", "relation"]),
+       dx=st.floats(-0.14, 0.14), dy=st.floats(-0.14, 0.14), dz=st.sampled_from([0.0, S, 1.4 * S, 0.3 * S]))
+@example(family="stack", dx=0.01, dy=-0.005, dz=S)  # on it
+@example(family="stack", dx=0.03, dy=0.0, dz=S)  # overhanging too far
+@example(family="relation", dx=0.0, dy=-0.08, dz=0.0)  # left of it, and so right, front or behind
+@example(family="relation", dx=0.0, dy=0.08, dz=0.0)
+@example(family="relation", dx=0.0, dy=-0.08, dz=S)  # in the zone, but not on the table
+def test_the_reports_check_on_the_markers_is_the_sims_rule(envs, family, dx, dy, dz):
+    """`arm-act report` judges stack and relation episodes from the final `objects` markers
+    alone; it agrees with the sim's geometry (PickPlaceTask.stacked / beside, no block in
+    the box) wherever the named block is put."""
+    from arm_act.eval.report import objects_success
+    from arm_act.ros import conversions as conv
+
+    env = envs[family]
+    goal = _two_blocks(env, family)
+    base = np.array([0.45, 0.10, S / 2])
+    env.place_block(goal.reference, base)
+    env.place_block(goal.colour, base + [dx, dy, dz])
+    task = env._task
+    if family == "stack":
+        sim_rule = task.stacked(goal.colour, goal.reference)
+    else:
+        sim_rule = task.beside(goal.colour, goal.reference, goal.relation)
+    sim_rule = sim_rule and not any(task.in_box(c) for c in task.blocks)
+    assert objects_success(conv.objects_msg(0.0, env.objects()), env.instruction) == sim_rule
+
+
+def test_the_reports_check_reads_any_phrasing_and_refuses_unreadable_words(envs):
+    from arm_act.eval.report import objects_success
+    from arm_act.ros import conversions as conv
+
+    env = envs["stack"]
+    goal = _two_blocks(env, "stack")
+    base = np.array([0.45, 0.10, S / 2])
+    env.place_block(goal.reference, base)
+    env.place_block(goal.colour, base + [0.0, 0.0, S])
+    markers = conv.objects_msg(0.0, env.objects())
+    assert objects_success(markers, f"place the {goal.colour} block onto the {goal.reference} block") is True
+    assert objects_success(markers, f"put the {goal.colour} block left of the {goal.reference} block") is False
+    assert objects_success(markers, "stack it on the thing") is None
+    assert objects_success(None, env.instruction) is None

@@ -19,6 +19,9 @@ Definitions:
 - jerk: 3! x the third divided difference of consecutive arm commands over their
   timestamps; on a uniform grid this is the third difference / dt^3, and it is exact for
   cubic motion on any grid.
+- objects_success: the episode's goal checked on the final `objects` markers alone, for
+  every family (objects_success's docstring); `objects_disagree` counts the episodes where
+  it and the episode JSON's status differ.
 - goal changes: per episode, the new instructions sim_node accepted while it ran (the
   episode JSON's goal_changes: sim s since the episode started, and the words), and the
   texts on `task` during the episode that changed nothing (refused, or the running
@@ -34,8 +37,9 @@ import numpy as np
 
 from arm_act.bags import BagError, BagInfo, bag_info, find_bags, read_bag
 from arm_act.ros.conversions import ARM_COMMAND_TOPIC, ARM_JOINTS, GRIPPER_COMMAND_TOPIC, stamp_to_ns
+from arm_act.sim.instructions import Goal, parse_goal
 from arm_act.sim.robot import JOINT_NAMES
-from arm_act.sim.task import parse_instruction
+from arm_act.sim.task import ON_TABLE_Z, STACK_XY_TOLERANCE, in_relation_zone
 
 LATE_FACTOR = 1.5
 
@@ -189,10 +193,16 @@ def jerk(times_ns: np.ndarray, positions: np.ndarray, segments: np.ndarray) -> n
 
 
 def objects_success(objects_msg, instruction: str | None) -> bool | None:
-    """From the final object markers: the named block inside the box footprint and below its
-    rim, no other block in the box. None when the markers or the instruction are missing."""
-    named = parse_instruction(instruction or "")
-    if objects_msg is None or named is None:
+    """From the final object markers, the goal's geometry (sim/task.py's rules, docs/tasks.md):
+    box: the named block inside the box footprint and below its rim, no other block in the
+    box; stack: the named block on the reference (centre within STACK_XY_TOLERANCE of a block
+    size horizontally, one block size +-25 % above it, the reference on the table) and no
+    block in the box; relation: both blocks on the table, the named one in the relation's zone
+    of the reference, and no block in the box. What the markers cannot show (the gripper open,
+    the block at rest) is left to the episode's own status. None when the markers or a
+    readable instruction are missing."""
+    goal = parse_goal(instruction or "") if instruction else None
+    if objects_msg is None or not isinstance(goal, Goal):
         return None
     blocks, box = {}, None
     for marker in objects_msg.markers:
@@ -203,7 +213,7 @@ def objects_success(objects_msg, instruction: str | None) -> bool | None:
             box = item
         elif marker.ns == "block":
             blocks[colour] = item
-    if box is None or named not in blocks:
+    if box is None or goal.colour not in blocks or (goal.reference is not None and goal.reference not in blocks):
         return None
 
     def inside(block) -> bool:
@@ -213,7 +223,21 @@ def objects_success(objects_msg, instruction: str | None) -> bool | None:
         return bool(np.all(np.abs(position[:2] - box_position[:2]) <= half)
                     and top <= box_position[2] + box_size[2] + 0.005)
 
-    return inside(blocks[named]) and not any(inside(b) for c, b in blocks.items() if c != named)
+    def on_table(block) -> bool:
+        (position, size) = block
+        return bool(abs(position[2] - size[2] / 2) <= ON_TABLE_Z)
+
+    named = blocks[goal.colour]
+    if goal.family == "box":
+        return inside(named) and not any(inside(b) for c, b in blocks.items() if c != goal.colour)
+    if any(inside(b) for b in blocks.values()):
+        return False
+    reference = blocks[goal.reference]
+    if goal.family == "stack":
+        (top, size), (bottom, _) = named, reference
+        return bool(np.hypot(*(top[:2] - bottom[:2])) <= STACK_XY_TOLERANCE * size[0]
+                    and 0.75 * size[2] <= top[2] - bottom[2] <= 1.25 * size[2] and on_table(reference))
+    return on_table(named) and on_table(reference) and in_relation_zone(named[0], reference[0], goal.relation)
 
 
 def goal_changes(status: dict, first_status: dict | None, task_messages: list) -> tuple[list, list]:
