@@ -57,9 +57,9 @@ def test_eval_fixed_instruction_and_its_refusals(capsys):
     assert exit_.value.code == 2 and "invalid choice: 'tower'" in capsys.readouterr().err
 
 
-def test_eval_task_runs_in_process_only_and_not_in_the_crowded_world(capsys):
-    code, _, err = _eval(capsys, "--episodes", "1", "--task", "stack", "--over-ros")
-    assert code == 2 and "runs in process" in err
+def test_eval_drawn_phrasings_run_in_process_only_and_no_task_in_the_crowded_world(capsys):
+    code, _, err = _eval(capsys, "--episodes", "1", "--task", "stack", "--phrasing", "held-out", "--over-ros")
+    assert code == 2 and "runs in process" in err and err.count("\n") == 1, err
     for world in ("crowded", "all"):
         code, _, err = _eval(capsys, "--episodes", "1", "--task", "stack", "--robustness", world)
         assert code == 2 and "crowded" in err and err.count("\n") == 1, err

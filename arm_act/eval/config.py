@@ -57,9 +57,9 @@ class EvalConfig:
             raise ValueError(f"task={self.task!r} must be one of {', '.join(TASKS)}")
         if self.instruction is not None:
             parse_goal_or_raise(self.instruction)  # ... and for words that give no goal at all
-        if not self.plain_task and (self.over_ros or self.live):
-            raise ValueError(f"task={self.task!r}, instruction={self.instruction!r}: runs in process (or on Ray); "
-                             "sim_node's episodes are the box task")
+        if self.phrasing != "canonical" and (self.over_ros or self.live):
+            raise ValueError(f"phrasing={self.phrasing!r} runs in process (or on Ray); sim_node words each goal "
+                             "canonically (give --instruction for other words)")
         if self.change_goal is not None:
             self.goal_change()  # ValueError for a bad AT_S:TO
             if self.over_ros or self.live:
@@ -104,6 +104,21 @@ class EvalConfig:
         """The box task in its own words: the records and summary are exactly as before
         task families existed (no family, goal or per-family figures)."""
         return self.task == "box" and self.instruction is None and self.phrasing == "canonical"
+
+    def node_task(self) -> dict:
+        """sim_node's parameters for this run's goals (none for the plain box task)."""
+        return {} if self.plain_task else {"task": self.task, "instruction": self.instruction or ""}
+
+    def goal_fields(self, instruction: str) -> dict:
+        """What an over-ROS or live record adds to the sim's episode for a goal outside the
+        plain box task, as the in-process records carry them: the family and the goal,
+        read back from the episode's instruction."""
+        from arm_act.sim.instructions import parse_goal_or_raise
+
+        if self.plain_task:
+            return {}
+        goal = parse_goal_or_raise(instruction)
+        return {"family": goal.family, "goal": goal.to_dict()}
 
     @property
     def checkpoint(self) -> Path | None:

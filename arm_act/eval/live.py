@@ -224,6 +224,7 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
     probe = None
 
     def finished(record: dict) -> None:
+        record.update(config.goal_fields(record["instruction"]))
         progress(describe_line(len(probe.finished), config.episodes, record))
 
     try:
@@ -243,7 +244,8 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
             children.start("sim_node", "arm_act.nodes.sim_node", ros_args({
                 **common, "real_time_factor": config.real_time_factor, "seed": config.seed,
                 "blocks": config.blocks, "episodes": config.episodes, "camera_rate": config.camera_rate,
-                "episode_time_limit": config.time_limit, "exit_when_done": False}, config_file("sim.yaml")), env)
+                "episode_time_limit": config.time_limit, "exit_when_done": False, **config.node_task()},
+                config_file("sim.yaml")), env)
             _wait_for_match(probe, children, STARTUP_TIMEOUT_S)
             if config.checkpoint is None:
                 children.start("expert_node", "arm_act.nodes.expert_node", ros_args(common), env)

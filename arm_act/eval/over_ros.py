@@ -40,7 +40,7 @@ def run_over_ros(config: EvalConfig, latency_ticks: int, domain_id: int | None =
         sim = SimNode(context=context, parameter_overrides=params(
             mode="lockstep", episodes=config.episodes, seed=config.seed, blocks=config.blocks,
             control_rate=config.control_rate, camera_rate=config.camera_rate, joint_state_rate=config.control_rate,
-            episode_time_limit=config.time_limit))
+            episode_time_limit=config.time_limit, **config.node_task()))
         nodes.append(sim)
         common = dict(mode="lockstep", control_rate=config.control_rate)
         settings = config.settings
@@ -75,6 +75,7 @@ def run_over_ros(config: EvalConfig, latency_ticks: int, domain_id: int | None =
         return [{
             "seed": info.seed, "n_blocks": info.n_blocks, "instruction": info.instruction,
             "status": info.state, "success": info.state == "success", "duration": round(info.time, 4),
+            **config.goal_fields(info.instruction),
         } for info in sim.finished]
     finally:
         for node in nodes:
