@@ -1,0 +1,32 @@
+#!/bin/bash
+# The head-count ablation on the relation family (docs/training.md, "One head or several"):
+# the same data, width (128), steps and seed; only the number of attention heads differs
+# (1 against the default 4). Resumable: every finished step leaves a file and is skipped.
+#   benchmarks/heads/run.sh OUT [SEEDS...]     (default seeds: 0)
+set -eu
+OUT=${1:?usage: run.sh OUT [SEEDS...]}; shift
+SEEDS=${*:-0}
+HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
+ARM=${ARM_ACT:-arm-act}
+mkdir -p "$OUT"
+# 800 expert demonstrations of the relation family, seeds no evaluation uses.
+if [ ! -s "$OUT/demos.done" ]; then
+    $ARM collect --task relation --episodes 800 --seed 610000 --blocks 2-5 --workers 2 --resume --out "$OUT/demos"
+    touch "$OUT/demos.done"
+fi
+for seed in $SEEDS; do
+    for heads in 1 4; do
+        run="$OUT/heads${heads}_seed${seed}"
+        if [ ! -s "$run/ckpt/metrics.json" ]; then
+            $ARM train --data "$OUT/demos" --out "$run/ckpt" --cache "$OUT/cache" --seed "$seed" --nproc-per-node 2 \
+                --config "$ROOT/config/train_default.json" "$HERE/train_relation.json" "$HERE/heads_${heads}.json" \
+                > "$run.train.log" 2>&1 || { mkdir -p "$run"; tail -20 "$run.train.log"; exit 1; }
+        fi
+        # The network alone on 100 relation episodes from seeds no training used.
+        if [ ! -s "$run/eval_relation.json" ]; then
+            $ARM eval --policy "$run/ckpt" --task relation --episodes 100 --seed 100000 --blocks 2-5 \
+                --latency-ticks 1 --workers 2 --no-assist --out "$run/eval_relation.json" > "$run/eval_relation.log" 2>&1
+        fi
+    done
+done
+echo "done $(date +%T)"

@@ -1,0 +1,66 @@
+"""The head-count ablation's table (docs/training.md, "One head or several"), from the
+directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed), then the mean
+per head count.
+
+    python benchmarks/heads/table.py OUT [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+
+def run_row(run: Path) -> dict:
+    """One run's figures: the training's final validation numbers and each evaluation's."""
+    heads, seed = map(int, re.fullmatch(r"heads(\d+)_seed(\d+)", run.name).groups())
+    metrics = json.loads((run / "ckpt" / "metrics.json").read_text())
+    final = metrics["final"]
+    row = {"heads": heads, "seed": seed, "parameters": metrics["parameters"],
+           "train_time_s": round(metrics["train_time_s"], 1), "val_l1": final["val_l1"],
+           "val_target_cm": final["val_target_cm"], "val_grounding_cm": final.get("val_grounding_cm"),
+           "val_grounding_patch": final.get("val_grounding_patch_acc")}
+    for task in ("relation", "box"):  # box: only the first run evaluated it (0/100; trained on relation alone)
+        path = run / f"eval_{task}.json"
+        if path.exists():
+            e = json.loads(path.read_text())
+            row[task] = {"successes": e["successes"], "episodes": e["episodes"],
+                         "lifted_named_block": e["lifted_named_block"],
+                         "first_grasp_p50_cm": e["grasp_precision"]["xy_cm_p50"]}
+    return row
+
+
+def markdown(rows: list[dict]) -> str:
+    def cell(row, task):
+        e = row.get(task)
+        if e is None:
+            return "–"
+        return (f"{e['successes']}/{e['episodes']}, lifted {e['lifted_named_block']}, "
+                f"grasp p50 {e['first_grasp_p50_cm']:.2f} cm")
+
+    lines = ["| heads (width 128) | seed | val L1 | val target error | grounding layouts: error, right patch "
+             "| relation: success, lifted the named block, first grasp p50 | box: the same |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["heads"], r["seed"])):
+        lines.append(f"| {r['heads']} | {r['seed']} | {r['val_l1']:.4f} | {r['val_target_cm']:.2f} cm | "
+                     f"{r['val_grounding_cm']:.2f} cm, {100 * r['val_grounding_patch']:.0f} % | "
+                     f"{cell(r, 'relation')} | {cell(r, 'box')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = parser.parse_args()
+    rows = [run_row(p) for p in sorted(args.out.glob("heads*_seed*")) if (p / "ckpt" / "metrics.json").exists()]
+    if not rows:
+        raise SystemExit(f"{args.out}: no finished run (heads*_seed*/ckpt/metrics.json)")
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
