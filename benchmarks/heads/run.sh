@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 ARM=${ARM_ACT:-arm-act}
 mkdir -p "$OUT"
 # 800 expert demonstrations of the relation family, seeds no evaluation uses.
-if [ ! -s "$OUT/demos.done" ]; then
+if [ ! -e "$OUT/demos.done" ]; then
     $ARM collect --task relation --episodes 800 --seed 610000 --blocks 2-5 --workers 2 --resume --out "$OUT/demos"
     touch "$OUT/demos.done"
 fi
