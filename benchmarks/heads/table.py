@@ -3,6 +3,7 @@ directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed), t
 per head count.
 
     python benchmarks/heads/table.py OUT [--json FILE]
+    python benchmarks/heads/table.py benchmarks/results/heads     # the kept copy
 """
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ import re
 from pathlib import Path
 
 
+def _metrics_path(run: Path) -> Path:
+    """A run's training metrics: in its checkpoint (run.sh's OUT), or beside its evaluations
+    (the copy kept in benchmarks/results/heads/)."""
+    inside = run / "ckpt" / "metrics.json"
+    return inside if inside.exists() else run / "metrics.json"
+
+
 def run_row(run: Path) -> dict:
     """One run's figures: the training's final validation numbers and each evaluation's."""
     heads, seed = map(int, re.fullmatch(r"heads(\d+)_seed(\d+)", run.name).groups())
-    metrics = json.loads((run / "ckpt" / "metrics.json").read_text())
+    metrics = json.loads(_metrics_path(run).read_text())
     final = metrics["final"]
     row = {"heads": heads, "seed": seed, "parameters": metrics["parameters"],
            "train_time_s": round(metrics["train_time_s"], 1), "val_l1": final["val_l1"],
@@ -54,9 +62,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args()
-    rows = [run_row(p) for p in sorted(args.out.glob("heads*_seed*")) if (p / "ckpt" / "metrics.json").exists()]
+    rows = [run_row(p) for p in sorted(args.out.glob("heads*_seed*")) if p.is_dir() and _metrics_path(p).exists()]
     if not rows:
-        raise SystemExit(f"{args.out}: no finished run (heads*_seed*/ckpt/metrics.json)")
+        raise SystemExit(f"{args.out}: no finished run (heads*_seed*/ckpt/metrics.json or heads*_seed*/metrics.json)")
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
