@@ -59,10 +59,11 @@ def test_after_a_stalled_step_the_ticks_keep_their_periods_and_the_overrun_is_re
         values = sim.loop_timing.values()
     assert int(values["loop_overruns"]) >= 1 and float(values["loop_skipped_ms"]) >= 20.0, values
     assert float(values["loop_late_max_ms"]) >= 35.0, values
-    # The joint states after the stalled step went out a step period apart (10 ms at 100 Hz),
-    # not back to back: none of the ten after it within 5 ms of the one before. (Catching up,
-    # the four steps the stall took went out in ~1 ms.)
+    # The joint states after the stalled step went out about a step period apart (10 ms at
+    # 100 Hz), not in a burst: catching up, the four steps the stall took went out back to
+    # back (~0.3 ms apart). A loaded machine delays single publications (a late one is followed
+    # by a short gap), so the check is for a burst: no two gaps in a row under 5 ms.
     stalled_sim = steps[STALL_AT_STEP - 1]
     after = [w for s, w in sent if s > stalled_sim][:11]
     gaps = [round((b - a) * 1e3, 1) for a, b in itertools.pairwise(after)]
-    assert len(gaps) == 10 and sum(g < 5.0 for g in gaps) <= 1, gaps
+    assert len(gaps) == 10 and not any(a < 5.0 and b < 5.0 for a, b in itertools.pairwise(gaps)), gaps
