@@ -21,6 +21,7 @@ setup(
     version="0.1.0",
     # find_packages follows the sim/ and policy/ links, so every layer is found, new ones included.
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    package_data={f"{PACKAGE}.ros": ["*.xml"]},  # the Fast DDS profile (arm_act/ros/transport.py)
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

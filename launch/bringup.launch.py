@@ -7,7 +7,8 @@
 Every node runs in `namespace` (default: none), /clock included (remapped to <namespace>/clock),
 so two bringups on one ROS domain never see each other's topics, services, parameters or
 clock. Discovery stays on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST) unless
-`discovery_range` says otherwise (SUBNET, SYSTEM_DEFAULT, OFF).
+`discovery_range` says otherwise (SUBNET, SYSTEM_DEFAULT, OFF), over UDP on loopback unless
+`dds_transport:=shm` (arm_act/ros/transport.py: why not Fast DDS's shared memory).
 
 policy_node is a managed node that drives its own lifecycle: with autostart:=true (default)
 it configures itself (which loads the checkpoint) and activates; with autostart:=false it
@@ -51,6 +52,9 @@ def generate_launch_description():
                               description="namespace of every node and topic (e.g. arm1); /clock too"),
         DeclareLaunchArgument("discovery_range", default_value="LOCALHOST",
                               description="ROS_AUTOMATIC_DISCOVERY_RANGE: LOCALHOST, SUBNET, SYSTEM_DEFAULT or OFF"),
+        DeclareLaunchArgument("dds_transport", default_value="udp",
+                              description="with LOCALHOST discovery: udp (UDP over loopback) or shm "
+                                          "(rmw_fastrtps's shared memory + UDP); ARM_ACT_DDS_TRANSPORT"),
         DeclareLaunchArgument("checkpoint", default_value=os.path.join(share, "checkpoints", "default"),
                               description="policy checkpoint directory"),
         DeclareLaunchArgument("autostart", default_value="true",
@@ -78,7 +82,8 @@ def generate_launch_description():
                                           "as ros2_control_node's lock_memory); needs root, CAP_IPC_LOCK or "
                                           "ulimit -l unlimited, else a warning"),
     ]
-    environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
+    environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range")),
+                   SetEnvironmentVariable("ARM_ACT_DDS_TRANSPORT", arg("dds_transport"))]
     sim = Node(
         package="arm_act", executable="sim_node", name="sim_node", namespace=namespace, output="screen",
         remappings=CLOCK_REMAP, respawn=respawn, respawn_delay=RESPAWN_DELAY_S,

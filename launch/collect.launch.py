@@ -4,8 +4,8 @@
 
 The launch ends by itself: sim_node exits 0 after its episodes, and that shuts the launch
 down (the recorder closes its bag on the SIGINT launch then sends). The first episode starts
-only once the recorder is subscribed to every topic. `namespace` and `discovery_range` work
-as in bringup.launch.py.
+only once the recorder is subscribed to every topic. `namespace`, `discovery_range` and
+`dds_transport` work as in bringup.launch.py.
 
 The in-process equivalent (faster, one bag per episode) is `arm-act collect` with the same
 arguments: --episodes, --seed, --blocks, --out, --perturb.
@@ -34,6 +34,9 @@ def generate_launch_description():
         DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic"),
         DeclareLaunchArgument("discovery_range", default_value="LOCALHOST",
                               description="ROS_AUTOMATIC_DISCOVERY_RANGE: LOCALHOST, SUBNET, SYSTEM_DEFAULT or OFF"),
+        DeclareLaunchArgument("dds_transport", default_value="udp",
+                              description="with LOCALHOST discovery: udp (UDP over loopback) or shm "
+                                          "(rmw_fastrtps's shared memory + UDP); ARM_ACT_DDS_TRANSPORT"),
         DeclareLaunchArgument("episodes", default_value="10", description="episodes; the launch ends after them"),
         DeclareLaunchArgument("seed", default_value="0"),
         DeclareLaunchArgument("blocks", default_value="2-5"),
@@ -44,7 +47,8 @@ def generate_launch_description():
                               description="SCHED_FIFO priority of sim_node's and expert_node's deadline "
                                           "threads; 0: the normal scheduler"),
     ]
-    environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range"))]
+    environment = [SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", arg("discovery_range")),
+                   SetEnvironmentVariable("ARM_ACT_DDS_TRANSPORT", arg("dds_transport"))]
     common = {"use_sim_time": True, "mode": arg("mode"),
               "thread_priority": ParameterValue(arg("thread_priority"), value_type=int)}
     sim = Node(

@@ -170,7 +170,55 @@ def test_run_node_refuses_such_a_node_in_one_line_before_it_spins(monkeypatch, c
     monkeypatch.setenv(EXECUTOR_ENV, "events")
     monkeypatch.setenv("ROS_DOMAIN_ID", "232")  # conftest.py: 100-229; test_private_domain 230, test_processes 231
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # rmw's own transport: the UDP profile would otherwise be put into this process's environment
+    monkeypatch.setenv("ARM_ACT_DDS_TRANSPORT", "shm")
     assert run_node(_StampingNode, args=["stamping_node"]) == 1
     err = capfd.readouterr().err.strip().splitlines()
     assert err == ["_StampingNode: the subscriptions to /stamped take (msg, info), which rclpy's EventsExecutor "
                    "cannot call; start the node with ARM_ACT_EXECUTOR=single"]
+
+
+EARLY = """
+import os, sys, threading
+from arm_act.ros.node_main import EARLY_NODE, run_node
+
+
+class Late:
+    def __new__(cls):
+        from rclpy.node import Node
+
+        node = Node("late_node")
+        node.done = threading.Event()
+        node.done.set()
+        return node
+
+
+def load():
+    # What the executables' NodeLoader does here is import the node's module (seconds).
+    from rclpy.node import Node
+
+    look = Node("look", enable_rosout=False, start_parameter_services=False)
+    print("nodes while loading:", sorted(look.get_node_names()))
+    look.destroy_node()
+    threads = {open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")}
+    print("transports:", sorted({t.split(".")[1] for t in threads if t.startswith(("dds.udp.", "dds.shm."))}))
+    return Late
+
+
+load.__name__ = "Late"
+sys.exit(run_node(load, args=["late", "--ros-args", "-r", "__node:=renamed"], use_sim_time=False))
+"""
+
+
+def test_an_executable_starts_dds_before_it_imports_its_node(ros_context):
+    """run_node given a loader (what the executables pass) makes the DDS participant before
+    calling it, through a hidden node that ignores the command line's remappings, over UDP
+    only (arm_act/ros/transport.py); the node then comes up as usual and the process exits 0."""
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_context.get_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    for name in ("ARM_ACT_DDS_TRANSPORT", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE"):
+        env.pop(name, None)
+    result = subprocess.run([sys.executable, "-c", EARLY], env=env, capture_output=True, text=True, timeout=60,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "nodes while loading: ['_arm_act_starting', 'renamed']" in result.stdout, result.stdout
+    assert "transports: ['udp']" in result.stdout, result.stdout

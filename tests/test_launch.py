@@ -33,7 +33,7 @@ NODE_SOURCES = {
     "bag_recorder": ["arm_act/nodes/bag_recorder.py"],
 }
 BUILTIN_PARAMETERS = {"use_sim_time"}  # every rclpy node declares it
-STRUCTURAL = {"namespace", "discovery_range", "respawn"}
+STRUCTURAL = {"namespace", "discovery_range", "dds_transport", "respawn"}
 
 
 def declared_parameters(executable: str) -> set[str]:
@@ -140,6 +140,9 @@ def test_every_launch_argument_reaches_a_declared_parameter(path):
     defaults = {n.args[0].value: source.keyword(n, "default_value") for n in ast.walk(source.function)
                 if LaunchSource._call_name(n) == "DeclareLaunchArgument"}
     assert ast.literal_eval(defaults["discovery_range"]) == "LOCALHOST"  # a demo never talks to a neighbour
+    assert any(ast.literal_eval(n.args[0]) == "ARM_ACT_DDS_TRANSPORT"
+               and source.configurations(n.args[1]) == {"dds_transport"} for n in env)
+    assert ast.literal_eval(defaults["dds_transport"]) == "udp"
     # policy_node drives its own lifecycle (its autostart parameter): no handler of the launch
     # file can fire again on a manual transition, and a respawned node activates itself.
     assert "ChangeState" not in ast.unparse(source.function)

@@ -5,7 +5,8 @@ A light module on purpose: it imports nothing heavy at the top, so the stop-sign
 rclpy, torch and PyBullet (seconds). A SIGINT during those imports was swallowed by some
 import and ignored, or ended the process with a KeyboardInterrupt traceback; now it ends
 the process with 0. (Only the interpreter's own start, about 0.2 s before any project code
-runs, is left to Python's default handler.)
+runs, is left to Python's default handler.) The same import runs after the DDS participant
+has started, so the running nodes discover this one while it loads (NodeLoader).
 """
 from __future__ import annotations
 
@@ -22,12 +23,23 @@ EXECUTABLES = {  # name -> (module, node class, sim time by default)
 }
 
 
+class NodeLoader:
+    """Imports the node's module when called, after rclpy has started the DDS participant
+    (arm_act.ros.node_main.early_participant): discovery runs while the module loads."""
+
+    def __init__(self, module: str, class_name: str):
+        self.module, self.class_name = module, class_name
+        self.__name__ = class_name  # how run_node names the node in an error line
+
+    def __call__(self) -> type:
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+
 def _console_script(name: str):
     def main() -> None:
         signals = StopSignals().install()
         module, class_name, sim_time = EXECUTABLES[name]
-        node_class = getattr(importlib.import_module(module), class_name)
-        spin_node(node_class, use_sim_time=sim_time, signals=signals)
+        spin_node(NodeLoader(module, class_name), use_sim_time=sim_time, signals=signals)
 
     main.__name__ = main.__qualname__ = name
     main.__doc__ = f"`ros2 run arm_act {name}`"

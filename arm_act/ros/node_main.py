@@ -99,21 +99,29 @@ def _done(node) -> bool:
 
 
 def dds_defaults() -> None:
-    """Before rclpy.init: discovery on this machine unless the environment says otherwise, and
-    no stale shared-memory files of dead Fast DDS processes."""
+    """Before rclpy.init: discovery on this machine unless the environment says otherwise, over
+    UDP rather than shared memory (arm_act/ros/transport.py), and no stale shared-memory files
+    of dead Fast DDS processes."""
     from arm_act.ros.shm import clean_stale_shm
+    from arm_act.ros.transport import apply_transport
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    apply_transport()
     removed = clean_stale_shm()
     if removed:
         print(f"removed {removed} stale Fast DDS shared-memory files of processes that died", file=sys.stderr)
 
 
 def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: bool = True,
-             signals: StopSignals | None = None) -> int:
+             signals: StopSignals | None = None, realtime_process: bool = False) -> int:
     """Create `node_class()`, spin it until a signal, its `done` event or a context shutdown,
     destroy it and shut rclpy down. Returns the exit status (0, or 1 when the node failed or
     could not be created; the reason is one line on stderr, not a traceback).
+
+    `node_class` may also be a function that imports and returns the class (a NodeLoader):
+    the DDS participant then starts before that import (`early_participant`), so discovery
+    with the running nodes goes on while torch and PyBullet load. realtime_process=True
+    applies arm_act/common/realtime.py's settings when the class asks for them.
 
     restore_signals=False keeps our handlers installed afterwards: a process about to exit
     must not get Python's KeyboardInterrupt back for a signal still on its way (the second
@@ -132,8 +140,19 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
     status = 0
     try:
         rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+        early = None
+        if not isinstance(node_class, type):
+            early = early_participant()
+            node_class = node_class()
+        if realtime_process and getattr(node_class, "realtime_process", False):
+            from arm_act.common import realtime
+
+            realtime.enable()
         if not signals.event.is_set():
             node = node_class()
+        if early is not None:
+            early.destroy_node()  # the participant stays: `node` holds it now
+        if node is not None:
             executor = make_executor()
             refuse_message_info_callbacks(executor, node)
             executor.add_node(node)
@@ -158,6 +177,22 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
             if restore_signals:
                 signals.restore()
     return status
+
+
+EARLY_NODE = "_arm_act_starting"
+
+
+def early_participant():
+    """A hidden node with no topics or services of its own, made only so the context's DDS
+    participant exists now. rmw creates the participant with a context's first node; the
+    executables make this one before importing the node's module (seconds of torch and
+    PyBullet), so the running nodes discover this process meanwhile and the real node's
+    topics match as soon as it creates them. It ignores the command line's remappings (a
+    launch file's `__node:=` is for the real node) and is destroyed once the real node exists."""
+    import rclpy
+
+    return rclpy.create_node(EARLY_NODE, use_global_arguments=False, enable_rosout=False,
+                             start_parameter_services=False, parameter_overrides=[])
 
 
 EXECUTOR_ENV = "ARM_ACT_EXECUTOR"
@@ -216,12 +251,9 @@ def ignore_stop_signals() -> None:
 
 
 def spin_node(node_class, args=None, use_sim_time: bool = True, signals: StopSignals | None = None) -> None:
-    """The console-script main: run_node, then exit with its status."""
-    if getattr(node_class, "realtime_process", False):  # sim_node, policy_node: the live loop
-        from arm_act.common import realtime
-
-        realtime.enable()
-    status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False, signals=signals)
+    """The console-script main: run_node (a class, or a NodeLoader), then exit with its status."""
+    status = run_node(node_class, args, use_sim_time=use_sim_time, restore_signals=False, signals=signals,
+                      realtime_process=True)
     ignore_stop_signals()
     # Everything is closed and joined by now (the node is destroyed, rclpy shut down). Skip the
     # interpreter's own teardown: unloading torch and PyBullet took 0.8 s on a quiet machine and
