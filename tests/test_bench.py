@@ -105,6 +105,7 @@ def test_table_output_and_no_ros(tiny_checkpoint, capsys):
     assert "matmul peak" in text and "baseline / ours" in text and "over DDS" in text
 
 
+@pytest.mark.slow
 @pytest.mark.unit
 def test_compare_times_another_checkpoint_in_the_same_trials(tiny_checkpoint, tmp_path, capsys):
     torch.manual_seed(1)

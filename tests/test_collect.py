@@ -84,6 +84,7 @@ def test_world_perturbed_collection_records_what_it_drew(collected, tmp_path, ca
     assert layouts[0] == layouts[1]  # the same blocks in the same places
 
 
+@pytest.mark.slow
 def test_collect_never_overwrites(collected, capsys):
     out, _ = collected
     assert cli.main(["collect", "--episodes", "1", "--out", str(out), *ARGS]) == 2

@@ -109,6 +109,7 @@ def test_a_scheduled_change_that_does_not_fit_is_refused_and_the_episode_goes_on
         assert env.goal == goal and env.goal_changes == [] and env.status() == "running"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["2.0:box", "2.0:stack", "0.5:box"])
 def test_expert_reaches_the_new_goal(change):
     """2.0 s: the old goal's block is in hand (lifted, on its way); 0.5 s: before the grasp."""

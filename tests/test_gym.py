@@ -54,7 +54,7 @@ def test_reset_with_a_seed_gives_the_evaluations_world(blocks, robustness):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("vector", ["sync", "async"])
+@pytest.mark.parametrize("vector", ["sync", pytest.param("async", marks=pytest.mark.slow)])
 def test_it_runs_as_a_vector_env(vector):
     # Async workers start by forkserver, as docs/using.md advises: a fork of this test process
     # copies whatever threads earlier tests left in it (DDS, torch), and once in a full suite

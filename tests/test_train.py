@@ -82,6 +82,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, monkeypatch):
                            weights(tmp_path / "seed1")["head.weight"])
 
 
+@pytest.mark.slow
 def test_outputs_checkpoint_curves_and_metrics(tmp_path):
     out = tmp_path / "ckpt"
     metrics = train(episodes(), PolicyConfig(**TINY), TrainConfig(steps=3, **FAST), out,

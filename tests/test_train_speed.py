@@ -78,6 +78,7 @@ def test_attention_bias_mask_is_masked_fill_with_its_gradient():
     assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads, strict=True))
 
 
+@pytest.mark.slow
 def test_multi_tensor_adamw_trains_the_weights_of_the_loop_and_fused_within_rounding(tmp_path, monkeypatch):
     cfg = PolicyConfig(**TINY, target_weight=1.0)
     tcfg = TrainConfig(steps=4, **FAST)
