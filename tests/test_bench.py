@@ -43,7 +43,7 @@ def tiny_checkpoint(tmp_path_factory):
 def test_quick_bench_json_has_every_field(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "bench.json"
     status = cli.main(["bench", "--quick", "--json", "--checkpoint", str(tiny_checkpoint),
-                       "--threads", "1", "--out", str(out)])
+                       "--threads", "1", "--ros-seconds", "4", "--out", str(out)])
     assert status == 0
     printed = json.loads(capsys.readouterr().out)  # stdout holds nothing but the JSON
     assert json.loads(out.read_text()) == printed
