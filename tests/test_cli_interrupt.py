@@ -81,7 +81,7 @@ def test_a_collection_stopped_by_sigterm_keeps_its_bags_and_resumes_to_the_end(t
     from arm_act.bags import find_bags, is_complete
 
     out = tmp_path / "bags"
-    args = [sys.executable, "-m", "arm_act.cli", "collect", "--episodes", "8", "--workers", "2", "--blocks", "2",
+    args = [sys.executable, "-m", "arm_act.cli", "collect", "--episodes", "5", "--workers", "2", "--blocks", "2",
             "--seed", "3", "--out", str(out)]
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -104,7 +104,7 @@ def test_a_collection_stopped_by_sigterm_keeps_its_bags_and_resumes_to_the_end(t
                           text=True).stdout.splitlines()
     assert [r for r in rows if not r.strip().startswith("Z")] == [], f"workers left behind: {rows}"
     kept = [b for b in find_bags([out]) if is_complete(b)]
-    assert 1 <= len(kept) < 8
+    assert 1 <= len(kept) < 5
     resumed = subprocess.run([*args, "--resume"], cwd=root, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert {b.name for b in find_bags([out]) if is_complete(b)} == {f"episode_{3 + i}" for i in range(8)}
+    assert {b.name for b in find_bags([out]) if is_complete(b)} == {f"episode_{3 + i}" for i in range(5)}
