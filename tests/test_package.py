@@ -107,3 +107,5 @@ def test_colcon_build_installs_the_executables(tmp_path):
     site = next((tmp_path / "install" / "arm_act" / "lib").glob("python3*/site-packages"))
     for layer in sorted(p for p in (ROOT / "arm_act").iterdir() if (p / "__init__.py").is_file()):
         assert (site / "arm_act" / layer.name / "__init__.py").is_file(), layer.name
+    # The Fast DDS profile the executables hand to rmw (arm_act/ros/transport.py).
+    assert (site / "arm_act" / "ros" / "fastdds_udp_loopback.xml").is_file()

@@ -38,6 +38,12 @@ def test_what_the_user_set_is_left_alone(extra):
     assert env == {**LOCAL, **extra}
 
 
+def test_without_its_profile_file_it_keeps_rmws_localhost(monkeypatch, tmp_path):
+    monkeypatch.setattr("arm_act.ros.transport.PROFILE", tmp_path / "missing.xml")
+    env = dict(LOCAL)
+    assert not apply_transport(env) and env == LOCAL
+
+
 def test_the_switch_takes_udp_or_shm_and_refuses_anything_else():
     assert transport_choice({}) == "udp" and transport_choice({SWITCH: " SHM "}) == "shm"
     with pytest.raises(ValueError, match="ARM_ACT_DDS_TRANSPORT='tcp' must be one of udp, shm"):

@@ -43,7 +43,10 @@ def loopback_udp_applies(environ) -> bool:
             and environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip().upper() == "LOCALHOST"
             and (environ.get("RMW_IMPLEMENTATION") or "rmw_fastrtps_cpp").strip() in FAST_DDS
             and not any(environ.get(name) for name in USER_PROFILE_VARIABLES)
-            and not environ.get("ROS_STATIC_PEERS", "").strip())
+            and not environ.get("ROS_STATIC_PEERS", "").strip()
+            # An install without the profile keeps rmw's LOCALHOST: SYSTEM_DEFAULT without it
+            # would be Fast DDS's own defaults, multicast discovery on every interface.
+            and PROFILE.is_file())
 
 
 def apply_transport(environ=os.environ) -> bool:
