@@ -68,6 +68,17 @@ def test_an_unknown_executor_stops_the_node_with_one_line(ros_context):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("executable,name", [("sim_node", "SimNode"), ("bag_recorder", "bag_recorder")])
+def test_an_unknown_dds_transport_stops_the_node_with_one_line(ros_context, executable, name):
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_context.get_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+               PYTHONPATH=str(ROOT), ARM_ACT_DDS_TRANSPORT="tcp")
+    result = subprocess.run([str(Path(sys.executable).parent / executable)], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"{name}: ARM_ACT_DDS_TRANSPORT='tcp' must be one of udp, shm"
+    assert "Traceback" not in result.stderr
+
+
 class _Stamps:
     def with_info(self, msg, info):
         pass

@@ -343,7 +343,11 @@ def main(args=None) -> int:
     argv = list(sys.argv if args is None else args)
     # Sim time unless the command line says otherwise (later --ros-args values win).
     argv[1:1] = ["--ros-args", "-p", "use_sim_time:=true", "--"]
-    dds_defaults()
+    try:
+        dds_defaults()
+    except ValueError as exc:  # e.g. ARM_ACT_DDS_TRANSPORT=tcp: one line, not a traceback
+        print(f"bag_recorder: {exc}", file=sys.stderr)
+        return 1
     # rclpy's own handlers would raise KeyboardInterrupt wherever the main thread is, possibly
     # inside a half-written chunk; ours only ask the spin loop to stop, then the bag closes.
     # Any number of SIGINT/SIGTERM (launch and the terminal both send one) only set the flag.

@@ -101,7 +101,7 @@ def _done(node) -> bool:
 def dds_defaults() -> None:
     """Before rclpy.init: discovery on this machine unless the environment says otherwise, over
     UDP rather than shared memory (arm_act/ros/transport.py), and no stale shared-memory files
-    of dead Fast DDS processes."""
+    of dead Fast DDS processes. ValueError for an ARM_ACT_DDS_TRANSPORT it does not know."""
     from arm_act.ros.shm import clean_stale_shm
     from arm_act.ros.transport import apply_transport
 
@@ -126,7 +126,11 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
     restore_signals=False keeps our handlers installed afterwards: a process about to exit
     must not get Python's KeyboardInterrupt back for a signal still on its way (the second
     SIGINT of a process group arrives a moment after the first)."""
-    dds_defaults()
+    try:
+        dds_defaults()
+    except ValueError as exc:  # e.g. ARM_ACT_DDS_TRANSPORT=tcp: one line, not a traceback
+        print(f"{node_class.__name__}: {exc}", file=sys.stderr)
+        return 1
     if signals is None:
         signals = StopSignals().install()  # before init: a signal during start-up is not lost
     import rclpy

@@ -4,14 +4,15 @@ Fast DDS's shared-memory transport keeps, per segment and per port, a file in /d
 lock file beside it (`fastdds_<id>_el` / `_sl`, `fastdds_port<N>_el` / `_sl`) that the owning
 process holds with flock while it lives. A process that dies without closing them (an OOM
 kill, a crash in a native library) leaves the files, and a new participant that picks up such
-a port can receive nothing (eProsima/Fast-DDS#5053, #5469). rmw_fastrtps uses shared memory
-whatever FASTDDS_BUILTIN_TRANSPORTS says once ROS_AUTOMATIC_DISCOVERY_RANGE is LOCALHOST,
-our default, so the nodes remove such files at start instead: a segment or port whose lock
-files nobody holds (all of them: a port may have an exclusive and a shared one) and that are
-older than a few seconds belongs to a dead process, and it goes with its lock files (and a
-port's semaphore). The age rule spares the files of a process starting beside this one,
-between making a lock file and locking it. This is
-what Fast DDS's own `fastdds shm clean` does. ARM_ACT_SHM_CLEAN=0 turns it off.
+a port can receive nothing (eProsima/Fast-DDS#5053, #5469). The node executables keep their
+own data off shared memory by default (arm_act/ros/transport.py), but a node started with
+ARM_ACT_DDS_TRANSPORT=shm, and any other ROS process on the machine, still uses it; so the
+nodes also remove such files at start: a segment or port whose lock files nobody holds (all
+of them: a port may have an exclusive and a shared one) and that are older than a few seconds
+belongs to a dead process, and it goes with its lock files (and a port's semaphore). The age
+rule spares the files of a process starting beside this one, between making a lock file and
+locking it. This is what Fast DDS's own `fastdds shm clean` does. ARM_ACT_SHM_CLEAN=0 turns
+it off.
 """
 from __future__ import annotations
 
