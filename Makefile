@@ -1,14 +1,18 @@
 # Two commands for a newcomer: `make run` (the demo) and `make test`.
 # Both create .venv on first use and install the pinned requirements; `make venv` does only that.
 # `make test` lints (`make lint`: ruff, configured in pyproject.toml) and then runs every test
-# on two workers (pytest-xdist; each test file on one worker), listing the 15 slowest; the
-# tests marked `alone` (real-time deadlines of live nodes) run after that, one at a time.
+# on TEST_WORKERS workers (pytest-xdist; each test file on one worker), listing the 15
+# slowest; the tests marked `alone` (real-time deadlines of live nodes) run after that, one at
+# a time. Three workers on two cores: many tests spend part of their time waiting on the wall
+# clock (episodes in real time, processes starting, DDS discovery), and a third worker keeps
+# both cores busy meanwhile.
 # `make test-fast` lints and runs only the tests marked `unit` (no rclpy/DDS, no long commands;
 # tests/conftest.py makes every test carry one of the markers unit, ros, e2e), less those also
 # marked `slow`: a quick check while editing, not a replacement for `make test`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+TEST_WORKERS ?= 3
 # The files that hold `alone` tests: the second pass collects only those (collecting every
 # test file takes seconds).
 ALONE_FILES = $(shell grep -l "mark\.alone" tests/test_*.py)
@@ -32,7 +36,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 test: lint
-	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m "not alone" tests
+	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not alone" tests
 	ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST $(PY) -m pytest -q -m alone $(ALONE_FILES)
 
 test-fast: lint
