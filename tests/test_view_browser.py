@@ -31,6 +31,18 @@ def _busy_tiles(image: np.ndarray, rows: int = 3, cols: int = 4, min_std: float 
                for r in range(rows) for c in range(cols))
 
 
+def _table_share(image: np.ndarray) -> float:
+    """The share of the 3D view's area (middle columns, above the time panel) in the table's
+    warm grey-brown."""
+    b, g, r = (image[:, :, i].astype(int) for i in range(3))
+    table = (r > g) & (g > b) & (r - b > 15) & (r > 110)
+    return float(table[: HEIGHT * 3 // 4, WIDTH // 4: WIDTH * 3 // 4].mean())
+
+
+def _drawn(image: np.ndarray) -> bool:
+    return float(image.std()) > 20.0 and _busy_tiles(image) >= 9 and _table_share(image) > 0.05
+
+
 def test_web_viewer_shows_the_recorded_episode(episode_bag, tmp_path):
     chromium = find_chromium()
     if chromium is None:
@@ -39,8 +51,10 @@ def test_web_viewer_shows_the_recorded_episode(episode_bag, tmp_path):
         assert web.url.startswith("http://127.0.0.1:")
         result = replay_bag(episode_bag, web=web)
         assert result.messages > 1000
-        png = screenshot(web.url, tmp_path / "viewer.png", width=WIDTH, height=HEIGHT, wait_s=20.0,
-                         chromium=chromium)
+        # Screenshots every second until the viewer has drawn its layout (the checks below), for
+        # at most a minute: a loaded machine compiles the viewer's Wasm more slowly.
+        png = screenshot(web.url, tmp_path / "viewer.png", width=WIDTH, height=HEIGHT, wait_s=60.0,
+                         ready=_drawn, chromium=chromium)
     image = cv2.imread(str(png))
     assert image is not None and image.shape[:2] == (HEIGHT, WIDTH)
     assert float(image.std()) > 20.0, "the screenshot is (nearly) one colour"
@@ -49,6 +63,4 @@ def test_web_viewer_shows_the_recorded_episode(episode_bag, tmp_path):
     busy = _busy_tiles(image)
     assert busy >= 9, f"only {busy} of 12 regions hold anything: the viewer did not draw its panels"
     # The 3D view (middle column) draws the table: a large area of its warm grey-brown.
-    b, g, r = (image[:, :, i].astype(int) for i in range(3))
-    table = (r > g) & (g > b) & (r - b > 15) & (r > 110)
-    assert table[: HEIGHT * 3 // 4, WIDTH // 4: WIDTH * 3 // 4].mean() > 0.05, "no table in the 3D view"
+    assert _table_share(image) > 0.05, "no table in the 3D view"
