@@ -1,6 +1,6 @@
 """Shared fixtures. ROS tests run on a private rclpy.Context in their own DDS domain,
 restricted to localhost, so parallel runs never see each other. Under pytest-xdist (`make
-test` runs two workers) each worker draws its domains from its own share of 100-229.
+test` runs three workers) each worker draws its domains from its own share of 100-229.
 
 Test layers: every test carries exactly one of the markers `unit`, `ros` or `e2e`
 (registered in pyproject.toml); the collection fails otherwise, so `make test-fast`
