@@ -61,6 +61,34 @@ def test_an_error_without_an_interrupt_is_still_exit_2(monkeypatch, capsys):
     assert "arm-act budget: error: no such checkpoint" in capsys.readouterr().err
 
 
+# Run as `python -m` (how the pipeline test and torchrun start arm-act): a Ctrl-C that lands
+# while code made by exec() of a string runs (a dataclass being created, an import).
+EXEC_INTERRUPTED = """
+import os, signal, sys
+from arm_act.cli import budget
+from arm_act.cli import main as cli
+
+def run(args):
+    exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(100000): pass", {"os": os, "signal": signal})
+    raise AssertionError("the signal did not arrive")
+
+budget.run = run
+sys.exit(cli.main(["budget"]))
+"""
+
+
+def test_ctrl_c_inside_exec_of_a_string_is_still_exit_130_under_python_m(tmp_path):
+    # CPython kills a process with SIGINT at exit (-2) when a KeyboardInterrupt passed through
+    # exec() of a string, caught or not, unless something clears that (forget_interrupt).
+    (tmp_path / "exec_interrupted.py").write_text(EXEC_INTERRUPTED)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "exec_interrupted"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.rstrip().splitlines()[-1] == "arm-act budget: interrupted"
+
+
 @pytest.fixture
 def default_sigterm():
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
