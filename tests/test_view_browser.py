@@ -64,3 +64,13 @@ def test_web_viewer_shows_the_recorded_episode(episode_bag, tmp_path):
     assert busy >= 9, f"only {busy} of 12 regions hold anything: the viewer did not draw its panels"
     # The 3D view (middle column) draws the table: a large area of its warm grey-brown.
     assert _table_share(image) > 0.05, "no table in the 3D view"
+
+
+def test_a_browser_that_exits_at_once_is_one_clear_error(tmp_path):
+    # Any executable stands in for Chromium: one that ignores the DevTools pipe and exits 3.
+    fake = tmp_path / "fake-chromium"
+    fake.write_text("#!/bin/sh\necho 'no display, no luck' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"^chromium exited with 3: no display, no luck$"):
+        screenshot("http://127.0.0.1:9/", tmp_path / "shot.png", wait_s=5.0, chromium=str(fake))
+    assert not (tmp_path / "shot.png").exists()

@@ -51,8 +51,8 @@ class _DevTools:
             os.dup2(high[0], _COMMANDS_FD)
             os.dup2(high[1], _REPLIES_FD)
 
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close(); a file, so a chatty
-        # Chromium never blocks on a full pipe
+        # Chromium's output goes to a file, so a chatty Chromium never blocks on a full pipe.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=self._log, pass_fds=(_COMMANDS_FD, _REPLIES_FD),
                                         preexec_fn=child_fds)
@@ -102,6 +102,18 @@ class _DevTools:
         self._log.close()
 
 
+def _first_page(browser: _DevTools, timeout_s: float = 30.0) -> dict:
+    """The target of the tab Chromium opened at start (it may not exist yet when the pipe answers)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pages = [t for t in browser.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+        if pages:
+            return pages[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chromium opened no page within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
 def screenshot(url: str, out: Path, *, width: int = 1600, height: int = 900, wait_s: float = 25.0,
                ready: Callable[[np.ndarray], bool] | None = None, poll_s: float = 1.0,
                chromium: str | None = None) -> Path:
@@ -119,7 +131,7 @@ def screenshot(url: str, out: Path, *, width: int = 1600, height: int = 900, wai
     browser = _DevTools([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe",
                          f"--window-size={width},{height}", url])
     try:  # the page opened from the command line: attaching after a navigation would lose it
-        page = next(t for t in browser.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        page = _first_page(browser)
         session = browser.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
         browser.call("Emulation.setDeviceMetricsOverride",
                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
