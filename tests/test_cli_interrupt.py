@@ -61,32 +61,50 @@ def test_an_error_without_an_interrupt_is_still_exit_2(monkeypatch, capsys):
     assert "arm-act budget: error: no such checkpoint" in capsys.readouterr().err
 
 
-# Run as `python -m` (how the pipeline test and torchrun start arm-act): a Ctrl-C that lands
-# while code made by exec() of a string runs (a dataclass being created, an import).
-EXEC_INTERRUPTED = """
-import os, signal, sys
-from arm_act.cli import budget
-from arm_act.cli import main as cli
-
-def run(args):
+# Run as `python -m` (how the pipeline test starts arm-act, and torchrun a pipeline's training
+# ranks): a Ctrl-C that lands while code made by exec() of a string runs (a dataclass being
+# created, an import).
+INTERRUPT_IN_EXEC = """
+def interrupted(*args, **kwargs):
+    import os, signal
     exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(100000): pass", {"os": os, "signal": signal})
     raise AssertionError("the signal did not arrive")
-
-budget.run = run
-sys.exit(cli.main(["budget"]))
 """
+ENTRY_POINTS = {
+    "arm-act": """
+import sys
+from arm_act.cli import budget
+from arm_act.cli import main as cli
+budget.run = interrupted
+sys.exit(cli.main(["budget"]))
+""",
+    "pipeline training rank": """
+import dataclasses, json, sys
+from arm_act.data import training
+from arm_act.pipeline import train_worker
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.train import TrainConfig
+training.train_from_bags = interrupted
+spec = {"data": [], "out": "out", "cache": "cache", "policy": dataclasses.asdict(PolicyConfig()),
+        "train": dataclasses.asdict(TrainConfig()), "device": "cpu"}
+open("spec.json", "w").write(json.dumps(spec))
+sys.exit(train_worker.main(["spec.json"]))
+""",
+}
 
 
-def test_ctrl_c_inside_exec_of_a_string_is_still_exit_130_under_python_m(tmp_path):
+@pytest.mark.parametrize("entry", [pytest.param(entry, marks=[pytest.mark.slow] if "rank" in entry else [])
+                                   for entry in sorted(ENTRY_POINTS)])  # a rank imports the training: seconds
+def test_ctrl_c_inside_exec_of_a_string_is_still_exit_130_under_python_m(tmp_path, entry):
     # CPython kills a process with SIGINT at exit (-2) when a KeyboardInterrupt passed through
     # exec() of a string, caught or not, unless something clears that (forget_interrupt).
-    (tmp_path / "exec_interrupted.py").write_text(EXEC_INTERRUPTED)
+    (tmp_path / "exec_interrupted.py").write_text(INTERRUPT_IN_EXEC + ENTRY_POINTS[entry])
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-m", "exec_interrupted"], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.returncode == 130, result.stderr[-3000:]
-    assert result.stderr.rstrip().splitlines()[-1] == "arm-act budget: interrupted"
+    assert result.stderr.rstrip().splitlines()[-1] in ("arm-act budget: interrupted", "rank 0: interrupted")
 
 
 @pytest.fixture

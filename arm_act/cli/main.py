@@ -14,6 +14,7 @@ import sys
 import threading
 
 from arm_act import __version__
+from arm_act.common.interrupts import forget_interrupt
 
 COMMANDS = {
     "demo": "the main job: sim + trained policy over ROS 2 topics, with a live view",
@@ -102,18 +103,6 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, previous[sig])
         if interrupted:
             forget_interrupt()
-
-
-def forget_interrupt() -> None:
-    """Let the exit status stand after a KeyboardInterrupt that was caught.
-
-    CPython remembers a KeyboardInterrupt that propagated out of exec() or eval() of a string
-    (dataclasses and namedtuple build their methods that way, so an import or a class made at
-    the moment of the Ctrl-C is enough) and, when the process ends, kills itself with SIGINT
-    instead of exiting with its status, even though the interrupt was caught: run as `python -m
-    arm_act.cli`, a Ctrl-C that should end with 130 ended with -2 now and then. The next exec of
-    a string clears that memory, so this runs an empty one."""
-    exec("")
 
 
 if __name__ == "__main__":

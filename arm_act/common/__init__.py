@@ -1,2 +1,2 @@
 """ROS-free helpers shared by the layers above: episode schedules, package paths, progress bars,
-child processes, and the pictures drawn for videos and windows."""
+child processes, the exit after a caught Ctrl-C, and the pictures drawn for videos and windows."""

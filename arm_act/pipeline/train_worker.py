@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         train_from_bags(spec["data"], Path(spec["out"]), Path(spec["cache"]), PolicyConfig.from_dict(spec["policy"]),
                         TrainConfig.from_dict(spec["train"]), resume=True, progress=False, device=spec["device"])
     except KeyboardInterrupt:  # rank 0 has saved the training state; the pipeline says the rest
+        from arm_act.common.interrupts import forget_interrupt
+
+        forget_interrupt()  # run with -m: 130, never -2
         print(f"rank {os.environ.get('RANK', '0')}: interrupted", file=sys.stderr)
         return 130
     return 0
