@@ -97,3 +97,30 @@ def test_signals_to_the_process_group_while_recording(ros_context, tmp_path, seq
     assert counted == {k: v for k, v in listed.items() if v}
     assert meta["message_count"] == sum(counted.values())
     assert counted["/arm_controller/commands"] >= 50 and counted["/joint_states"] >= 50
+
+
+def test_run_node_leaves_rclpy_signal_handlers_alone_on_the_way_out(monkeypatch):
+    """run_node installs none of rclpy's signal handlers, so it must not uninstall them:
+    rclpy's uninstall (what rclpy.try_shutdown() runs for the default context) sets SIGINT to
+    SIG_DFL for an instant and then puts back the handler it found, and a second SIGINT in
+    that instant killed sim_node with -2 (caught under strace: the process group's second
+    SIGINT landed between the two sigaction calls)."""
+    import threading
+
+    import rclpy
+    from rclpy.node import Node
+
+    from arm_act.ros.node_main import run_node
+
+    class DoneAtOnce(Node):
+        def __init__(self):
+            super().__init__("done_at_once")
+            self.done = threading.Event()
+            self.done.set()
+
+    uninstalled = []
+    monkeypatch.setattr(rclpy, "uninstall_signal_handlers", lambda: uninstalled.append(True))
+    before = signal.getsignal(signal.SIGINT)
+    assert run_node(DoneAtOnce, args=["done_at_once"], use_sim_time=False) == 0
+    assert uninstalled == []
+    assert signal.getsignal(signal.SIGINT) is before  # run_node's own handlers were restored

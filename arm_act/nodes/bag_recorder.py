@@ -370,7 +370,7 @@ def main(args=None) -> int:
             recorder.close()
             code = 1 if recorder.failed is not None else code
             recorder.destroy_node()
-        rclpy.try_shutdown()
+        rclpy.try_shutdown(uninstall_handlers=False)  # none installed; see arm_act/ros/node_main.py run_node
         for sig, handler in previous.items():
             # Called in process: the caller's handlers back. A process on its way out ignores
             # them instead: Python's finalization would put SIG_DFL back, and the second SIGINT

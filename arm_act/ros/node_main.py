@@ -177,7 +177,11 @@ def run_node(node_class, args=None, use_sim_time: bool = True, restore_signals: 
             print(f"{node_class.__name__}: while stopping: {exc}", file=sys.stderr)
             status = status or 1
         finally:
-            rclpy.try_shutdown()
+            # Not rclpy's uninstall of its signal handlers, which try_shutdown runs by default:
+            # none were installed (SignalHandlerOptions.NO), and the uninstall sets SIGINT to
+            # SIG_DFL for an instant before it puts back the handler it finds there, so a second
+            # SIGINT in that instant killed the process (-2).
+            rclpy.try_shutdown(uninstall_handlers=False)
             if restore_signals:
                 signals.restore()
     return status
