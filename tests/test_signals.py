@@ -99,7 +99,7 @@ def test_signals_to_the_process_group_while_recording(ros_context, tmp_path, seq
     assert counted["/arm_controller/commands"] >= 50 and counted["/joint_states"] >= 50
 
 
-def test_run_node_leaves_rclpy_signal_handlers_alone_on_the_way_out(monkeypatch):
+def test_run_node_leaves_rclpy_signal_handlers_alone_on_the_way_out(monkeypatch, ros_context):
     """run_node installs none of rclpy's signal handlers, so it must not uninstall them:
     rclpy's uninstall (what rclpy.try_shutdown() runs for the default context) sets SIGINT to
     SIG_DFL for an instant and then puts back the handler it found, and a second SIGINT in
@@ -118,6 +118,11 @@ def test_run_node_leaves_rclpy_signal_handlers_alone_on_the_way_out(monkeypatch)
             self.done = threading.Event()
             self.done.set()
 
+    # run_node's default context in this test's own domain, and rmw's own transport: the UDP
+    # profile would otherwise be put into this process's environment for the tests after it.
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(ros_context.get_domain_id()))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    monkeypatch.setenv("ARM_ACT_DDS_TRANSPORT", "shm")
     uninstalled = []
     monkeypatch.setattr(rclpy, "uninstall_signal_handlers", lambda: uninstalled.append(True))
     before = signal.getsignal(signal.SIGINT)
