@@ -67,7 +67,10 @@ class _DevTools:
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session is not None:
             message["sessionId"] = session
-        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        try:
+            os.write(self._commands, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:  # it has exited already: say so, as a closed reply pipe does
+            raise self._exited() from None
         deadline = time.monotonic() + timeout_s
         while True:
             reply = self._read(deadline, method)
@@ -84,21 +87,30 @@ class _DevTools:
             if select.select([self._replies], [], [], left)[0]:
                 chunk = os.read(self._replies, 1 << 20)
                 if not chunk:
-                    raise RuntimeError(f"chromium exited with {self.process.wait()}: {self._stderr_tail()}")
+                    raise self._exited()
                 self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
-    def _stderr_tail(self) -> str:
+    def _exited(self) -> RuntimeError:
         self._log.seek(0)
-        return " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-3:])
+        tail = " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-3:])
+        return RuntimeError(f"chromium exited with {self.process.wait()}: {tail}")
 
     def close(self) -> None:
+        """Ask Chromium to close (its renderers go with it), then kill it if it has not."""
+        if self.process.poll() is None:
+            try:
+                self.call("Browser.close", timeout_s=5.0)
+            except (RuntimeError, TimeoutError):
+                pass  # it exited already or did not answer: the kill below
+            try:
+                self.process.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process.wait()
         for fd in (self._commands, self._replies):
             os.close(fd)
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
         self._log.close()
 
 
