@@ -156,8 +156,10 @@ def test_deactivate_during_an_episode_holds_the_arm_and_cleanup_releases_the_mod
     policy = PolicyNode(context=ros_context, parameter_overrides=_params(checkpoint=str(tiny_checkpoint)))
     operator = Operator(ros_context)
     states, commands = [], []
-    operator.node.create_subscription(JointState, "joint_states",
-                                      lambda m: states.append((time.monotonic(), np.array(m.position))), 100)
+    # Joint states with their sim-time stamps: how long the arm has held is counted in sim time,
+    # which a loaded machine stretches against the wall clock.
+    operator.node.create_subscription(JointState, "joint_states", lambda m: states.append(
+        (time.monotonic(), np.array(m.position), conv.stamp_to_ns(m.header.stamp) / 1e9)), 100)
     operator.node.create_subscription(Float64MultiArray, conv.ARM_COMMAND_TOPIC,
                                       lambda m: commands.append((time.monotonic(), np.array(m.data))), 100)
     executor = SingleThreadedExecutor(context=ros_context)
@@ -171,15 +173,17 @@ def test_deactivate_during_an_episode_holds_the_arm_and_cleanup_releases_the_mod
             assert wait_for(lambda: np.abs(states[-1][1][:7] - start).max() > 0.05, timeout=30), "never moved"
             assert operator.transition(Transition.TRANSITION_DEACTIVATE) is True
             deactivated = time.monotonic()
+            deactivated_sim = policy.get_clock().now().nanoseconds / 1e9  # its /clock, in this process
             held = policy.hold_pose[0].copy()
-            assert wait_for(lambda: states[-1][0] > deactivated + 2.0, timeout=30)
+            assert wait_for(lambda: states[-1][0] > deactivated + 2.0 and states[-1][2] > deactivated_sim + 2.0,
+                            timeout=30)
             # Every command since is the pose at deactivation, and the arm stays there.
             # (Taken by this test's own executor, which may run behind on a loaded machine: 0.5 s.)
             after = [c for t, c in commands if t > deactivated + 0.5]
             assert len(after) > 20
             for command in after:
                 np.testing.assert_allclose(command, held, atol=1e-12)
-            late = np.array([q[:7] for t, q in states if t > deactivated + 1.0])
+            late = np.array([q[:7] for _, q, stamp in states if stamp > deactivated_sim + 1.0])
             # It stopped where it was (the pose the node measured at the deactivation), within the
             # sim's position tracking error under gravity (joint 2 settles 0.07-0.25 rad lower,
             # measured; `arm-act report` shows the same error while the arm moves).
