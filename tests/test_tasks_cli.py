@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from arm_act.bags import bag_info
 from arm_act.cli import main as cli
+from arm_act.eval.evaluate import final_place
 from arm_act.sim.instructions import Goal, parse_goal
+from arm_act.sim.task import ObjectState
 
 pytestmark = pytest.mark.unit
 
@@ -29,6 +32,14 @@ def test_eval_mix_records_the_goal_and_breaks_success_down_by_family(capsys):
     assert families == ["relation", "stack"]  # seeds 0 and 1 of the mix
     for record in summary["results"]:
         assert parse_goal(record["instruction"]) == Goal.from_dict(record["goal"])
+    # Where each episode left the named block against its reference (the success rules'
+    # geometry: stacked within 2 cm, one block higher; beside at 4-12 cm, both on the table).
+    relation, stack = (r["final_place"] for r in summary["results"])
+    assert 4.0 <= relation["distance_xy_cm"] <= 12.0 and abs(relation["named_cm"][2] - relation["reference_cm"][2]) < 1
+    assert stack["distance_xy_cm"] <= 2.0 and 3.0 <= stack["named_cm"][2] - stack["reference_cm"][2] <= 5.0
+    for place in (relation, stack):
+        dx, dy = place["offset_xy_cm"]
+        assert place["distance_xy_cm"] == pytest.approx((dx * dx + dy * dy) ** 0.5, abs=0.02)
     assert summary["by_family"] == {f: {"episodes": 1, "successes": 1, "success_rate": 1.0} for f in families}
 
 
@@ -36,7 +47,22 @@ def test_eval_box_output_has_no_task_fields(capsys):
     code, out, _ = _eval(capsys, "--episodes", "1", "--json")
     summary = json.loads(out)
     assert code == 0 and "task" not in summary and "by_family" not in summary
-    assert "family" not in summary["results"][0] and "goal" not in summary["results"][0]
+    assert not {"family", "goal", "final_place"} & set(summary["results"][0])
+
+
+def test_final_place_measures_from_the_box_or_the_reference_and_is_none_without_them():
+    def obj(kind, colour, xyz):
+        return ObjectState(kind, kind, colour, np.ones(4), np.array(xyz), np.array([0, 0, 0, 1.0]), np.ones(3))
+
+    objects = [obj("block", "red", [0.50, 0.10, 0.02]), obj("block", "blue", [0.47, 0.06, 0.02]),
+               obj("box", "brown", [0.40, -0.30, 0.0])]
+    box = final_place(objects, Goal("box", "red"))
+    assert box == {"named_cm": [50.0, 10.0, 2.0], "reference_cm": [40.0, -30.0, 0.0],
+                   "offset_xy_cm": [10.0, 40.0], "distance_xy_cm": 41.23}
+    beside = final_place(objects, Goal("relation", "red", "blue", "behind"))
+    assert beside["offset_xy_cm"] == [3.0, 4.0] and beside["distance_xy_cm"] == 5.0
+    assert final_place(objects, Goal("stack", "red", "green")) is None  # no green block
+    assert final_place(objects[1:], Goal("box", "red")) is None  # the named block is gone
 
 
 def test_eval_fixed_instruction_and_its_refusals(capsys):

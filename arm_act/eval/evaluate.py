@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from arm_act.common.episodes import episode_spec, parse_blocks
 from arm_act.common.progress import progress_bar
 from arm_act.eval.config import EXPERT, EvalConfig
@@ -59,6 +61,7 @@ def run_one(runner, env, spec) -> dict:
     if not plain or env.goal_change is not None:
         record["family"] = env.goal.family
         record["goal"] = env.goal.to_dict()
+        record["final_place"] = final_place(env.objects(), env.goal)
     if env.goal_change is not None:
         record["goal_changes"] = [{"time": round(t, 4), "instruction": text} for t, text in env.goal_changes]
         record["goal_change_refused"] = env.goal_change_refused
@@ -66,6 +69,24 @@ def run_one(runner, env, spec) -> dict:
     if env.perturbation is not None:
         record["perturbation"] = env.perturbation_info()
     return record
+
+
+def final_place(objects, goal) -> dict | None:
+    """Where the episode left the block to move, against what its goal places it by: the
+    reference block for stack and relation, the box for box. Centres in cm at the end, and
+    the named block's horizontal offset from the reference (cm). A failed place reads from
+    it: a block left far from every reference it was asked for was taken to the wrong spot,
+    one above its reference was not let go. None when either object is missing."""
+    by_colour = {o.colour: o for o in objects if o.kind == "block"}
+    named = by_colour.get(goal.colour)
+    reference = (next((o for o in objects if o.kind == "box"), None) if goal.reference is None
+                 else by_colour.get(goal.reference))
+    if named is None or reference is None:
+        return None
+    a, b = (100.0 * np.asarray(o.position, dtype=np.float64) for o in (named, reference))
+    return {"named_cm": [round(float(v), 2) for v in a], "reference_cm": [round(float(v), 2) for v in b],
+            "offset_xy_cm": [round(float(v), 2) for v in a[:2] - b[:2]],
+            "distance_xy_cm": round(float(np.hypot(*(a[:2] - b[:2]))), 2)}
 
 
 class EpisodeWorker:
