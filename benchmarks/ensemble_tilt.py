@@ -1,11 +1,21 @@
-"""A checkpoint alone with the temporal ensembling's weights tilted: m < 0 trusts newer chunks
-more (ACT's exp(-m*i), i = 0 the oldest), to tell whether the grasp misses come from averaging
-in chunks predicted from older, farther views. Runs on tuning seeds from 700000, never used in
-training or in the published evaluations, in this process (m is set on the loaded runtime;
-the nodes and `arm-act eval` accept only m >= 0).
+"""A checkpoint alone with its chunks executed differently, to tell which misses come from the
+chunk executor rather than from the network.
 
-    python benchmarks/ensemble_tilt.py CKPT M EPISODES OUT.json
+- `M`: the temporal ensembling's weights exp(-m*i), i = 0 the oldest chunk (ACT's rule).
+  m < 0 trusts newer chunks more; the nodes and `arm-act eval` accept only m >= 0, so m is
+  set on the loaded runtime here.
+- `--horizon-ticks N`: average only the chunks that started in the last N control ticks.
+- `--execution queue`: no averaging, the newest chunk only.
+- `--world NAME`: a robustness world of arm_act.sim.perturb (`push`: the block moved as the
+  gripper nears it), drawn per episode from its seed.
+
+Runs on tuning seeds from 700000 by default, never used in training or in the published
+evaluations, in this process, with the latency fixed at 1 control tick.
+
+    python benchmarks/ensemble_tilt.py CKPT M EPISODES OUT.json [--world push]
+        [--horizon-ticks 15] [--execution queue] [--seed 700000]
 """
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -17,28 +27,53 @@ from arm_act.eval.config import EvalConfig
 from arm_act.eval.evaluate import run_one
 from arm_act.eval.in_process import PolicyRunner, PolicySettings
 from arm_act.eval.stats import describe_grasp_precision, summarize
+from arm_act.policy.runtime import TemporalEnsembler
 
-SEED = 700000
+
+class _HorizonEnsembler(TemporalEnsembler):
+    """Temporal ensembling over the chunks that started in the last `horizon` ticks only."""
+
+    def __init__(self, base: TemporalEnsembler, horizon: int):
+        super().__init__(0.0, base.chunk_size, base.action_dim, base.interval_ticks)
+        self.horizon = int(horizon)
+
+    def action(self, tick: int):
+        self._chunks = [(s, c) for s, c in self._chunks if s >= tick - self.horizon]
+        return super().action(tick)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4:
-        print(__doc__, file=sys.stderr)
-        return 2
-    checkpoint, m, episodes, out = argv[0], float(argv[1]), int(argv[2]), Path(argv[3])
-    config = EvalConfig(policy=checkpoint, episodes=episodes, seed=SEED, blocks="2-5",
-                        settings=PolicySettings(latency_ticks=1, threads=1))
-    runner = PolicyRunner.load(Path(checkpoint), config.sim_config(), config.settings)
-    runner.runtime.executor.m = m
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("m", type=float)
+    parser.add_argument("episodes", type=int)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--world", default=None, help="a robustness world (push, lighting, ...)")
+    parser.add_argument("--horizon-ticks", type=int, default=None)
+    parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
+    parser.add_argument("--seed", type=int, default=700000)
+    args = parser.parse_args(argv)
+    config = EvalConfig(policy=args.checkpoint, episodes=args.episodes, seed=args.seed, blocks="2-5",
+                        robustness=args.world,
+                        settings=PolicySettings(latency_ticks=1, threads=1, execution=args.execution, assist=False))
+    runner = PolicyRunner.load(Path(args.checkpoint), config.sim_config(), config.settings)
+    if args.execution == "ensemble":
+        runner.runtime.executor.m = args.m
+        if args.horizon_ticks is not None:
+            runner.runtime.executor = _HorizonEnsembler(runner.runtime.executor, args.horizon_ticks)
     env = config.make_env()
     try:
-        records = [run_one(runner, env, episode_spec(i, SEED, parse_blocks("2-5"))) for i in range(episodes)]
+        records = [run_one(runner, env, episode_spec(i, args.seed, parse_blocks("2-5")))
+                   for i in range(args.episodes)]
     finally:
         env.close()
-    summary = summarize(records, {"ensemble_m": m, "seed": SEED})
-    print(f"m={m}: {summary['successes']}/{episodes}; {describe_grasp_precision(summary['grasp_precision'])}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=1) + "\n")
+    setting = {"ensemble_m": args.m, "seed": args.seed, "world": args.world or "none",
+               "execution": args.execution, "horizon_ticks": args.horizon_ticks}
+    summary = summarize(records, setting)
+    print(f"{setting}: {summary['successes']}/{args.episodes}; "
+          f"{describe_grasp_precision(summary['grasp_precision'])}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 
