@@ -31,10 +31,12 @@ from arm_act.policy.runtime import TemporalEnsembler
 
 
 class _HorizonEnsembler(TemporalEnsembler):
-    """Temporal ensembling over the chunks that started in the last `horizon` ticks only."""
+    """Temporal ensembling over the chunks that started in the last `horizon` ticks only,
+    with the base's weights (its m, which may be < 0 here)."""
 
     def __init__(self, base: TemporalEnsembler, horizon: int):
         super().__init__(0.0, base.chunk_size, base.action_dim, base.interval_ticks)
+        self.m = base.m
         self.horizon = int(horizon)
 
     def action(self, tick: int):
