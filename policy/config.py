@@ -10,7 +10,7 @@ from arm_act.policy.vocab import default_vocab, validate_vocab
 
 # Fields added after checkpoints were first written, with the value an older checkpoint's
 # model has (the feature off).
-ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False}
+ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False, "place_weight": 0.0, "condition_on_place": False}
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,16 @@ class PolicyConfig:
     # decoder then gets where to go as three numbers instead of having to find the block again
     # in the patch tokens. Needs the target head (target_weight > 0).
     condition_on_target: bool = False
+    # Weight of the auxiliary place head's losses (0 = no such head): as the target head, but
+    # for where the moved block ends: every patch scores "the place is in this patch" and the
+    # place is read from the patch tokens pooled by those scores. Labels: the moved block's
+    # position at the end of each demonstration, and its pixel in each camera at each frame.
+    # Without it the chunk decoder carried stacked and related blocks to one mean place
+    # (docs/tasks.md, "A place head").
+    place_weight: float = 0.0
+    # Condition every action query on the place head's estimate, as condition_on_target does
+    # with the target's. Needs the place head (place_weight > 0).
+    condition_on_place: bool = False
     vocab: tuple[str, ...] = field(default_factory=default_vocab)
 
     def __post_init__(self) -> None:
@@ -69,7 +79,7 @@ class PolicyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
-        for name in ("use_cvae", "pre_ln", "decoder_rope", "condition_on_target"):
+        for name in ("use_cvae", "pre_ln", "decoder_rope", "condition_on_target", "condition_on_place"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.image_size % self.patch_size:
@@ -86,6 +96,8 @@ class PolicyConfig:
                              f"width/heads={self.width}/{self.heads}")
         if self.condition_on_target and not float(self.target_weight) > 0.0:
             raise ValueError("condition_on_target needs the target head (target_weight > 0)")
+        if self.condition_on_place and not float(self.place_weight) > 0.0:
+            raise ValueError("condition_on_place needs the place head (place_weight > 0)")
         if not self.cameras:
             raise ValueError("cameras=() must name at least one camera")
         if len(set(self.cameras)) != len(self.cameras):
@@ -95,7 +107,7 @@ class PolicyConfig:
                 raise ValueError(f"camera name {cam!r} must be a non-empty string")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
-        for name in ("kl_weight", "target_weight"):
+        for name in ("kl_weight", "target_weight", "place_weight"):
             if not float(getattr(self, name)) >= 0.0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
         validate_vocab(self.vocab)

@@ -194,6 +194,15 @@ def target_patches(uv: np.ndarray, config: PolicyConfig) -> np.ndarray:
     return np.where(known, cell[..., 1] * config.grid + cell[..., 0], -1)
 
 
+def final_place(frame_target: np.ndarray) -> np.ndarray:
+    """(F, 3) positions of the moved block per frame -> (3,) float32: the last known one,
+    where the block rests when the demonstration ends (the place head's label); NaN when
+    no frame knows it."""
+    target = np.asarray(frame_target, np.float32).reshape(-1, 3)
+    known = np.flatnonzero(np.isfinite(target).all(axis=1))
+    return target[known[-1]].copy() if len(known) else np.full(3, np.nan, np.float32)
+
+
 def sentences_of(instruction: str, phrasings: Callable[[str], Sequence[str]] | None,
                  config: PolicyConfig) -> tuple[str, ...]:
     """The episode's instruction, then the other sentences `phrasings` gives for it; each
@@ -225,7 +234,11 @@ class ChunkDataset:
     only a target);
     target (B, 3) float: the named block's position (m), NaN where the episode lacks it;
     target_patch (B, C) long: the patch of each camera holding the named block's centre, -1
-    where unknown or outside the image.
+    where unknown or outside the image;
+    place (B, 3) float: where the moved block rests at the end of the episode (final_place), NaN
+    for episodes without actions (grounding frames: a layout, not a demonstration);
+    place_patch (B, C) long: the patch of each camera holding the place (the episodes'
+    place_uv, set by data.grounding.label_demo_pixels), -1 where unknown.
     """
 
     def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer,
@@ -281,6 +294,14 @@ class ChunkDataset:
         uv = [np.asarray(getattr(e, "target_uv", np.full((n, c, 2), np.nan)), np.float32)
               for e, n in zip(episodes, frames, strict=True)]
         self.target_patch = torch.from_numpy(target_patches(np.concatenate(uv), config))  # (N, C)
+        # Where the moved block ends, repeated over the episode's frames (NaN without actions).
+        place = [np.broadcast_to(final_place(e.frame_target) if has else np.full(3, np.nan, np.float32), (n, 3))
+                 if hasattr(e, "frame_target") else np.full((n, 3), np.nan, np.float32)
+                 for e, n, has in zip(episodes, frames, has_actions, strict=True)]
+        self.place = torch.from_numpy(np.concatenate(place).astype(np.float32))  # (N, 3) m
+        place_uv = [np.asarray(getattr(e, "place_uv", np.full((n, c, 2), np.nan)), np.float32)
+                    for e, n in zip(episodes, frames, strict=True)]
+        self.place_patch = torch.from_numpy(target_patches(np.concatenate(place_uv), config))  # (N, C)
         sentences = [sentences_of(e.instruction, phrasings, config) for e in episodes]
         widest = max(len(p) for p in sentences)
         padded = [p + (p[0],) * (widest - len(p)) for p in sentences]  # padding never drawn (below)
@@ -354,4 +375,6 @@ class ChunkDataset:
             "action_mask": ((tick < end) | self.hold_after_end) & self.has_actions[index, None],  # (B, K)
             "target": self.target[index],  # (B, 3) m, NaN where unknown
             "target_patch": self.target_patch[index],  # (B, C) patch index, -1 where unknown
+            "place": self.place[index],  # (B, 3) m, NaN where unknown
+            "place_patch": self.place_patch[index],  # (B, C) patch index, -1 where unknown
         }

@@ -86,6 +86,8 @@ class PolicyOutput:
     # (B, heads, L, N): the instruction tokens' self-attention in the encoder, averaged over
     # its layers, if asked (where the words look in the images: policy.runtime)
     instruction_attention: torch.Tensor | None = None
+    place: torch.Tensor | None = None  # (B, 3) where the moved block ends (m), with a place head
+    place_logits: torch.Tensor | None = None  # (B, C, h*w) "the place is in this patch"
 
 
 class CVAEEncoder(nn.Module):
@@ -161,6 +163,15 @@ class ACTPolicy(nn.Module):
             self.target_to_queries = nn.Sequential(nn.Linear(3, d), nn.GELU(), nn.Linear(d, d))
             nn.init.zeros_(self.target_to_queries[2].weight)
             nn.init.zeros_(self.target_to_queries[2].bias)
+        # Auxiliary: where does the moved block go? The same construction as the target head
+        # (patch scores, pooled patches, a position), with its own conditioning of the queries.
+        self.patch_place_head = nn.Linear(d, 1) if config.place_weight > 0 else None
+        self.place_head = nn.Linear(d, 3) if config.place_weight > 0 else None
+        self.place_to_queries = None
+        if config.condition_on_place:
+            self.place_to_queries = nn.Sequential(nn.Linear(3, d), nn.GELU(), nn.Linear(d, d))
+            nn.init.zeros_(self.place_to_queries[2].weight)
+            nn.init.zeros_(self.place_to_queries[2].bias)
 
     def tokenizer(self) -> InstructionTokenizer:
         return InstructionTokenizer(self.config.vocab, self.config.max_instruction_tokens)
@@ -211,20 +222,30 @@ class ACTPolicy(nn.Module):
             mask = key_padding_mask(valid)  # (B, 1, 1, N)
         memory, words_attention = self.encoder(x, mask, self.layout.instruction if need_weights else None)
         queries = self.action_queries.expand(b, -1, -1)  # (B, K, D)
-        target = logits = None
+        patches = memory[:, self.layout.camera_starts[0]:]  # (B, C*h*w, D)
+        target = logits = place = place_logits = None
         if self.target_head is not None:
-            first = self.layout.camera_starts[0]
-            patches = memory[:, first:]  # (B, C*h*w, D)
-            scores = self.patch_target_head(patches).squeeze(-1)  # (B, C*h*w)
-            pooled = (scores.softmax(dim=-1)[..., None] * patches).sum(dim=1)  # (B, D)
-            estimate = self.target_head(pooled)  # (B, 3) normalised units
-            target = estimate * TARGET_SCALE + self.target_centre  # (B, 3) m
-            logits = scores.unflatten(-1, (len(cfg.cameras), cfg.patches_per_camera))  # (B, C, h*w)
+            target, logits, estimate = self._pooled_position(patches, self.patch_target_head, self.target_head)
             if self.target_to_queries is not None:
                 queries = queries + self.target_to_queries(estimate)[:, None]  # (B, K, D)
+        if self.place_head is not None:
+            place, place_logits, estimate = self._pooled_position(patches, self.patch_place_head, self.place_head)
+            if self.place_to_queries is not None:
+                queries = queries + self.place_to_queries(estimate)[:, None]  # (B, K, D)
         h, weights = self.decoder(queries, memory, mask, need_weights=need_weights)  # (B, K, D)
         return PolicyOutput(self.head(h), mu, logvar, weights, target, logits,  # actions (B, K, A)
-                            words_attention)
+                            words_attention, place, place_logits)
+
+    def _pooled_position(self, patches: torch.Tensor, scorer: nn.Linear, head: nn.Linear
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """patches (B, C*h*w, D) -> (position (B, 3) m, patch logits (B, C, h*w), the position
+        in the head's normalised units (B, 3)): each patch scored, the patches pooled by the
+        scores' softmax, the pooled token read as a position."""
+        scores = scorer(patches).squeeze(-1)  # (B, C*h*w)
+        pooled = (scores.softmax(dim=-1)[..., None] * patches).sum(dim=1)  # (B, D)
+        estimate = head(pooled)  # (B, 3) normalised units
+        logits = scores.unflatten(-1, (len(self.config.cameras), self.config.patches_per_camera))
+        return estimate * TARGET_SCALE + self.target_centre, logits, estimate
 
     def loss(self, batch: Mapping[str, torch.Tensor], generator: torch.Generator | None = None
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -252,6 +273,14 @@ class ACTPolicy(nn.Module):
             ce = patch_cross_entropy(out.target_logits, batch["target_patch"])
             parts["patch_ce"] = ce.detach()
             loss = loss + self.config.target_weight * ce
+        if out.place is not None and "place" in batch:
+            err = target_error(out.place, batch["place"])
+            parts["place_cm"] = (err * 100.0).detach()
+            loss = loss + self.config.place_weight * err / TARGET_SCALE
+        if out.place_logits is not None and "place_patch" in batch:
+            ce = patch_cross_entropy(out.place_logits, batch["place_patch"])
+            parts["place_ce"] = ce.detach()
+            loss = loss + self.config.place_weight * ce
         return loss, parts
 
     def _check_inputs(self, images, state, ids, ids_mask, actions, action_mask) -> None:

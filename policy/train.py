@@ -117,13 +117,14 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
     """Chunk L1 (normalised units) over the samples `index`, predicted as the runtime
     does: eval mode, no augmentation, and for the CVAE the prior's mean z = 0; with a
     target head also its error in cm (mean |error| per coordinate) and how often it picks
-    the patch holding the named block (where the data says), else None.
+    the patch holding the named block (where the data says), else None; with a place head also
+    "place_cm", its error where the place is known.
     device/amp: where the model is and its autocast dtype (None: CPU, float32).
     -> {"l1": ..., "target_cm": ..., "patch_acc": ...}"""
     was_training = model.training
     model.eval()
     total = count = 0.0
-    target_total = target_count = 0.0
+    target_total = target_count = place_total = place_count = 0.0
     hits = known_patches = 0
     try:
         for start in range(0, len(index), batch_size):
@@ -144,11 +145,18 @@ def evaluate(model: ACTPolicy, dataset: ChunkDataset, index: torch.Tensor,
                 patch = batch["target_patch"]  # (B, C), -1 = unknown
                 hits += int(((out.target_logits.argmax(dim=-1) == patch) & (patch >= 0)).sum())
                 known_patches += int((patch >= 0).sum())
+            if out.place is not None:
+                known = float(torch.isfinite(batch["place"]).all(dim=-1).sum())
+                place_total += float(target_error(out.place, batch["place"])) * known
+                place_count += known
     finally:
         model.train(was_training)
     target_cm = 100.0 * target_total / target_count if target_count else None
     patch_acc = hits / known_patches if known_patches else None
-    return {"l1": total / max(count, 1.0), "target_cm": target_cm, "patch_acc": patch_acc}
+    result = {"l1": total / max(count, 1.0), "target_cm": target_cm, "patch_acc": patch_acc}
+    if place_count:
+        result["place_cm"] = 100.0 * place_total / place_count
+    return result
 
 
 def plot_losses(history: Mapping[str, list], path: Path, title: str) -> None:
@@ -280,7 +288,7 @@ class _Trainer:
             val_gen = torch.Generator().manual_seed(tcfg.seed + 1)
             self.val_index = torch.randperm(len(val_set), generator=val_gen)[:tcfg.val_samples]
         self.history: dict[str, list] = {"train": [], "val": []}
-        self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "n": 0}  # losses since the last log
+        self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "place_cm": 0.0, "n": 0}  # losses since the last log
         self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
         self.phase = "idle"  # "prepare" (weights untouched) and "update" inside train_step
         self.products = "fp32"  # the matrix products' precision in effect (train())
@@ -436,14 +444,17 @@ class _Trainer:
         w["l1"] += values["l1"]
         w["kl"] += values.get("kl", 0.0)
         w["target_cm"] += values.get("target_cm", 0.0)
+        w["place_cm"] += values.get("place_cm", 0.0)
         w["n"] += 1
         if self.step % self.tcfg.log_every == 0 or force:
             point = {"step": self.step, "l1": w["l1"] / w["n"], "lr": values["lr"],
                      "kl": w["kl"] / w["n"] if self.cfg.use_cvae else None}
             if self.cfg.target_weight > 0:
                 point["target_cm"] = w["target_cm"] / w["n"]
+            if self.cfg.place_weight > 0:
+                point["place_cm"] = w["place_cm"] / w["n"]
             self.history["train"].append(point)
-            self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "n": 0}
+            self.window = {"l1": 0.0, "kl": 0.0, "target_cm": 0.0, "place_cm": 0.0, "n": 0}
 
     def validate(self) -> float:
         result = evaluate(self.model, self.val_set, self.val_index, self.tcfg.batch_size,
@@ -451,6 +462,8 @@ class _Trainer:
         point = {"step": self.step, "l1": result["l1"]}
         if result["target_cm"] is not None:
             point["target_cm"] = result["target_cm"]
+        if "place_cm" in result:
+            point["place_cm"] = result["place_cm"]
         if self.ground_val_set is not None:
             index = torch.arange(min(len(self.ground_val_set), self.tcfg.val_samples))
             ground = evaluate(self.model, self.ground_val_set, index, self.tcfg.batch_size,
@@ -486,13 +499,14 @@ class _Trainer:
                 if main and self.step % tcfg.val_every == 0:
                     point = self.history["val"][-1] if self.history["val"] else {}
                     target, ground = point.get("target_cm"), point.get("grounding_cm")
-                    acc = point.get("grounding_patch_acc")
-                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s%s%s  lr %.2e  %.1f samples/s",
+                    acc, place = point.get("grounding_patch_acc"), point.get("place_cm")
+                    logger.info("step %d/%d  train L1 %.4f  val L1 %s%s%s%s%s  lr %.2e  %.1f samples/s",
                                 self.step, tcfg.steps, values["l1"],
                                 "-" if last_val is None else f"{last_val:.4f}",
                                 "" if target is None else f"  val target error {target:.2f} cm",
                                 "" if ground is None else f"  grounding {ground:.2f} cm",
                                 "" if acc is None else f" (right patch {acc:.0%})",
+                                "" if place is None else f"  val place error {place:.2f} cm",
                                 values["lr"], self.samples_per_s)
                 bar.update(1)
                 bar.set_postfix_str(
@@ -547,6 +561,7 @@ class _Trainer:
                       "train_kl": h["train"][-1].get("kl") if h["train"] else None,
                       "val_l1": h["val"][-1]["l1"] if h["val"] else None,
                       "val_target_cm": h["val"][-1].get("target_cm") if h["val"] else None,
+                      "val_place_cm": h["val"][-1].get("place_cm") if h["val"] else None,
                       "val_grounding_cm": h["val"][-1].get("grounding_cm") if h["val"] else None,
                       "val_grounding_patch_acc": h["val"][-1].get("grounding_patch_acc") if h["val"] else None},
             "torch": torch.__version__,
@@ -586,6 +601,10 @@ def matmul_precision(precision: str, device: torch.device) -> Iterator[str]:
 GROWABLE = ("vocab", "max_instruction_tokens")
 """Policy config fields a fine-tune may enlarge (_load_init): a vocabulary that extends the
 checkpoint's, more instruction tokens. Nothing else changes the shape of what is learned."""
+ADDABLE = ("place_weight", "condition_on_place")
+"""Policy config fields that add a head to a checkpoint without one (_load_init): the place
+head and its conditioning of the queries. The new layers start as a fresh model's."""
+_ADDED_MODULES = ("patch_place_head.", "place_head.", "place_to_queries.")
 
 
 def _load_init(directory: str, cfg: PolicyConfig, seed: int):
@@ -599,25 +618,34 @@ def _load_init(directory: str, cfg: PolicyConfig, seed: int):
     except CheckpointError as exc:
         raise TrainingError(f"init_from: {exc}") from None
     diffs = config.differences(cfg)
-    grows = (set(diffs) <= set(GROWABLE)
+    adds = set(diffs) & set(ADDABLE)
+    grows = (set(diffs) <= set(GROWABLE) | set(ADDABLE)
              and cfg.vocab[: len(config.vocab)] == config.vocab
-             and cfg.max_instruction_tokens >= config.max_instruction_tokens)
+             and cfg.max_instruction_tokens >= config.max_instruction_tokens
+             and (not adds or (float(config.place_weight) == 0.0 and not config.condition_on_place)))
     if diffs and not grows:
         raise TrainingError(f"init_from {directory} is a checkpoint of another policy config "
                             f"({describe_differences(diffs)}); a fine-tune may only extend the "
-                            "vocabulary and add instruction tokens")
+                            "vocabulary, add instruction tokens and add the place head")
     if diffs:
-        grown = ACTPolicy(cfg)
+        # The new layers are drawn from `seed` alone, like the new words' rows.
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            grown = ACTPolicy(cfg)
         state = model.state_dict()
         old = state["word_embed.weight"]
         fresh = torch.randn(len(cfg.vocab) - len(config.vocab), cfg.width,
                             generator=torch.Generator().manual_seed(seed), dtype=old.dtype)
         embed = torch.cat([old, fresh])
         state["word_embed.weight"] = embed
-        grown.load_state_dict(state, strict=True)
-        logger.info("init_from %s grows %s: %d -> %d words, %d -> %d instruction tokens", directory,
+        missing, unexpected = grown.load_state_dict(state, strict=False)
+        if unexpected or any(not key.startswith(_ADDED_MODULES) for key in missing):
+            raise TrainingError(f"init_from {directory}: weights do not fit (missing {missing}, "
+                                f"unexpected {unexpected})")
+        logger.info("init_from %s grows %s: %d -> %d words, %d -> %d instruction tokens%s", directory,
                     " and ".join(sorted(diffs)), len(config.vocab), len(cfg.vocab),
-                    config.max_instruction_tokens, cfg.max_instruction_tokens)
+                    config.max_instruction_tokens, cfg.max_instruction_tokens,
+                    f", {len(missing)} new tensors of the place head" if missing else "")
         model = grown
     return model, normalizer
 

@@ -102,6 +102,15 @@ def test_target_pixels_map_to_row_major_patches():
     assert target_patches(uv, config).tolist() == [[0, 1], [3, -1], [2, 3]]
 
 
+def test_the_final_place_is_the_last_known_position():
+    from arm_act.policy.data import final_place
+
+    nan = [np.nan] * 3
+    np.testing.assert_array_equal(final_place(np.array([[1, 2, 3], [4, 5, 6], nan])), [4, 5, 6])
+    np.testing.assert_array_equal(final_place(np.array([nan, [1, 2, np.inf]])), [np.nan] * 3)
+    assert np.isnan(final_place(np.zeros((0, 3)))).all() and final_place(np.ones((2, 3))).dtype == np.float32
+
+
 @pytest.mark.parametrize("case", ["no objects topic", "colour not among the blocks"])
 def test_unknown_target_is_nan_not_an_error(tmp_path, case):
     if case == "no objects topic":

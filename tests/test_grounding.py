@@ -109,6 +109,9 @@ def test_demonstration_frames_get_the_pixels_of_the_named_block():
     demo.frame_target = np.array([[0.45, 0.05, 0.02], [np.nan, np.nan, np.nan]], np.float32)
     label_demo_pixels([demo], SimConfig())
     assert demo.target_uv.shape == (2, 2, 2) and np.isnan(demo.target_uv[1]).all()
+    # The place (where the block rests at the end: its last known position) in the same frames.
+    assert demo.place_uv.shape == (2, 2, 2) and np.isnan(demo.place_uv[1]).all()
+    np.testing.assert_allclose(demo.place_uv[0], demo.target_uv[0], atol=1e-3)  # the last known is frame 0's
     with ArmEnv(SimConfig()) as env:
         env.reset(3, 2)
         env.set_joint_positions(HOME)
@@ -137,6 +140,10 @@ def test_training_uses_grounding_frames_for_the_target_head_only(tmp_path):
     batch = data.batch(torch.arange(len(data)))
     assert batch["action_mask"][:6].all() and not batch["action_mask"][6:].any()
     torch.testing.assert_close(batch["target"][6:], torch.from_numpy(np.concatenate([f.frame_target for f in frames])))
+    # The place head's label: each demonstration's last position, on every one of its frames;
+    # unknown (NaN) for the grounding frames, which show a layout and demonstrate no place.
+    torch.testing.assert_close(batch["place"][:6], torch.tensor([[0.4, 0.1, 0.15]]).expand(6, 3))
+    assert torch.isnan(batch["place"][6:]).all() and (batch["place_patch"] == -1).all()
     fast = TrainConfig(steps=2, batch_size=4, warmup_steps=1, val_every=1, checkpoint_every=2, val_fraction=0.34)
     metrics = train(demos, cfg, fast, tmp_path / "ckpt", progress=False, grounding=frames)
     assert metrics["data"]["grounding_frames"] == 6 and metrics["data"]["grounding_val_frames"] == 2

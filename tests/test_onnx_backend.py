@@ -42,10 +42,15 @@ def normalizer() -> Normalizer:
 
 
 @pytest.mark.parametrize("overrides", [{}, {"use_cvae": True, "decoder_layers": 2, "decoder_rope": True},
-                                       {"target_weight": 1.0, "condition_on_target": True}],
-                         ids=["plain", "cvae-2dec-rope", "target-conditioned"])
+                                       {"target_weight": 1.0, "condition_on_target": True},
+                                       {"target_weight": 1.0, "condition_on_target": True, "place_weight": 1.0,
+                                        "condition_on_place": True}],
+                         ids=["plain", "cvae-2dec-rope", "target-conditioned", "place-conditioned"])
 def test_onnx_matches_torch_with_and_without_padding(overrides):
     model = tiny_model(**overrides)
+    for mlp in (model.target_to_queries, model.place_to_queries):
+        if mlp is not None:  # zero-initialised; trained weights, so that the graph must carry them
+            torch.nn.init.normal_(mlp[2].weight, std=0.1)
     backend = OnnxPolicy.export(model, threads=1)
     gen = torch.Generator().manual_seed(3)
     for padded in (True, False):  # the graph holds the masked branch; all-True masks nothing

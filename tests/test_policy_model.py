@@ -63,7 +63,9 @@ def make_batch(config: PolicyConfig, batch: int = 3, seed: int = 0,
             "actions": torch.randn(batch, k, config.action_dim, generator=g, dtype=dtype),
             "action_mask": action_mask,
             "target": 0.45 + 0.1 * torch.randn(batch, 3, generator=g, dtype=dtype),
-            "target_patch": torch.randint(-1, config.patches_per_camera, (batch, c), generator=g)}
+            "target_patch": torch.randint(-1, config.patches_per_camera, (batch, c), generator=g),
+            "place": 0.45 + 0.1 * torch.randn(batch, 3, generator=g, dtype=dtype),
+            "place_patch": torch.randint(-1, config.patches_per_camera, (batch, c), generator=g)}
 
 
 def _obs(batch: dict) -> dict:
@@ -168,19 +170,22 @@ def test_bad_inputs_are_rejected_with_shapes_in_the_message():
     dict(pre_ln=False, decoder_layers=2),
     dict(target_weight=0.5),
     dict(target_weight=0.5, condition_on_target=True),
+    dict(target_weight=0.5, condition_on_target=True, place_weight=0.5, condition_on_place=True),
 ])
 def test_every_parameter_receives_a_gradient(overrides):
     # The original ACT built 7 decoder layers but read the first one's output (act#25).
     cfg = tiny_config(**overrides)
     model = make_model(cfg).train()
-    if cfg.condition_on_target:  # its last layer starts at zero, which stops the first one's gradient
-        torch.nn.init.normal_(model.target_to_queries[2].weight, std=0.1)  # as after the first step
+    for mlp in (model.target_to_queries, model.place_to_queries):
+        if mlp is not None:  # its last layer starts at zero, which stops the first one's gradient
+            torch.nn.init.normal_(mlp[2].weight, std=0.1)  # as after the first step
     loss, _ = model.loss(make_batch(cfg), generator=torch.Generator().manual_seed(0))
     loss.backward()
-    # patch_target_head.bias shifts every patch's score alike, which a softmax ignores: its
+    # patch_target_head.bias (and the place head's) shifts every patch's score alike, which a softmax ignores: its
     # gradient is zero up to rounding, so it is not asked to be non-zero.
     dead = [name for name, p in model.named_parameters()
-            if name != "patch_target_head.bias" and (p.grad is None or not bool(p.grad.abs().sum() > 0))]
+            if name not in ("patch_target_head.bias", "patch_place_head.bias")
+            and (p.grad is None or not bool(p.grad.abs().sum() > 0))]
     assert not dead, dead
 
 
@@ -400,6 +405,48 @@ def test_the_action_queries_follow_the_target_estimate():
         after = model(**inputs).actions
         model.target_head.bias.sub_(0.5)
         assert not torch.allclose(model(**inputs).actions, after)
+
+
+def test_the_place_head_reads_its_own_patches_and_conditions_the_queries():
+    """place_weight adds a second pooled position (where the moved block ends), with its own
+    patch scores and losses; condition_on_place moves the chunk with it, as the target does."""
+    cfg = tiny_config(target_weight=1.0, condition_on_target=True, place_weight=0.5, condition_on_place=True)
+    model = make_model(cfg).eval()
+    batch = make_batch(cfg)
+    with torch.no_grad():
+        out = model(**_obs(batch))
+        assert out.place.shape == (3, 3) and out.place_logits.shape == (3, len(cfg.cameras), cfg.patches_per_camera)
+        assert not torch.allclose(out.place, out.target)  # two heads, two estimates
+        before = out.actions
+        model.place_head.bias.add_(0.5)
+        assert torch.equal(model(**_obs(batch)).actions, before)  # zero-initialised: no effect yet
+        torch.nn.init.normal_(model.place_to_queries[2].weight, std=0.1)
+        after = model(**_obs(batch)).actions
+        model.place_head.bias.sub_(0.5)
+        assert not torch.allclose(model(**_obs(batch)).actions, after)
+    # Its losses: the place error (cm) and the patch cross-entropy, weighted by place_weight;
+    # NaN places and -1 patches are skipped like the target's.
+    model.train()
+    _, parts = model.loss(batch, generator=torch.Generator().manual_seed(0))
+    assert {"place_cm", "place_ce"} <= set(parts) and float(parts["place_cm"]) > 0
+    unknown = {**batch, "place": torch.full_like(batch["place"], float("nan")),
+               "place_patch": torch.full_like(batch["place_patch"], -1)}
+    loss, parts = model.loss(unknown, generator=torch.Generator().manual_seed(0))
+    assert float(parts["place_cm"]) == 0.0 and float(parts["place_ce"]) == 0.0 and torch.isfinite(loss)
+    # Without the head nothing of it is built or returned.
+    plain = make_model(tiny_config(target_weight=1.0)).eval()
+    assert plain.place_head is None and plain(**_obs(batch)).place is None
+
+
+def test_condition_on_place_needs_the_place_head_and_old_configs_load_without_it():
+    with pytest.raises(ValueError, match="condition_on_place needs the place head"):
+        PolicyConfig(condition_on_place=True, place_weight=0.0)
+    with pytest.raises(ValueError, match="place_weight"):
+        PolicyConfig(place_weight=-1.0)
+    old = PolicyConfig(target_weight=1.0).to_dict()
+    del old["place_weight"], old["condition_on_place"]  # a checkpoint written before the fields
+    loaded = PolicyConfig.from_dict(old)
+    assert loaded.place_weight == 0.0 and loaded.condition_on_place is False
 
 
 def test_condition_on_target_needs_the_target_head_and_old_configs_load_without_it():

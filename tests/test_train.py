@@ -192,6 +192,32 @@ def test_init_from_grows_the_vocabulary_and_the_instruction_tokens(tmp_path):
                   progress=False)
 
 
+def test_init_from_adds_the_place_head(tmp_path):
+    from arm_act.policy.train import _load_init
+
+    base = tmp_path / "base"
+    train(episodes(), PolicyConfig(**TINY, target_weight=1.0), TrainConfig(steps=3, **FAST), base, progress=False)
+    placed = PolicyConfig(**TINY, target_weight=1.0, place_weight=1.0, condition_on_place=True)
+    tuned = tmp_path / "tuned"
+    metrics = train(episodes(), placed, TrainConfig(steps=2, lr=1e-12, init_from=str(base), **FAST), tuned,
+                    progress=False)
+    a, b = weights(tuned), weights(base)
+    added = sorted(set(a) - set(b))
+    assert added and all(k.startswith(("patch_place_head.", "place_head.", "place_to_queries.")) for k in added)
+    for key in b:  # every weight of the checkpoint is kept
+        assert torch.allclose(a[key], b[key], rtol=0, atol=1e-9), key
+    assert a["place_to_queries.2.weight"].abs().max() < 1e-9  # starts as the unconditioned model
+    assert metrics["final"]["val_place_cm"] > 0  # the demonstrations label the place
+    # The new layers depend on the seed alone: every data-parallel process starts with the same.
+    torch.manual_seed(1)
+    first = _load_init(str(base), placed, seed=0)[0].place_head.weight
+    torch.manual_seed(2)
+    torch.testing.assert_close(_load_init(str(base), placed, seed=0)[0].place_head.weight, first, rtol=0, atol=0)
+    # A head is added, never taken away.
+    with pytest.raises(TrainingError, match="add the place head"):
+        _load_init(str(tuned), PolicyConfig(**TINY, target_weight=1.0), seed=0)
+
+
 def test_paraphrase_needs_a_vocabulary_that_holds_every_phrasing(tmp_path):
     from arm_act.common.instructions import training_phrasings_of
 

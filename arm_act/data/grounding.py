@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from arm_act.common.progress import progress_bar
+from arm_act.policy.data import final_place
 from arm_act.sim import ArmEnv
 
 logger = logging.getLogger(__name__)
@@ -88,20 +89,26 @@ def approach_poses(episodes, block_size: float) -> np.ndarray:
 
 
 def label_demo_pixels(episodes, sim_config) -> None:
-    """Set `target_uv` (F, C, 2) on each demonstration: the named block's centre in each
-    camera's pixels at each frame (the arm posed as the frame's joint state, so the wrist
-    camera is where it was), NaN where the block is outside an image or unknown."""
+    """Set `target_uv` and `place_uv` (F, C, 2) on each demonstration: the named block's centre
+    and the place where it ends (policy.data.final_place) in each camera's pixels at each
+    frame (the arm posed as the frame's joint state, so the wrist camera is where it was),
+    NaN where the point is outside an image or unknown."""
     cameras = tuple(c.name for c in sim_config.cameras)
     with ArmEnv(sim_config) as env:
         env.reset(0, sim_config.n_blocks_range[0])
         for e in episodes:
             target = np.asarray(e.frame_target, np.float64)
+            place = final_place(target).astype(np.float64)
             uv = np.full((len(target), len(cameras), 2), np.nan, np.float32)
+            place_uv = np.full_like(uv, np.nan)
             for i, (state, point) in enumerate(zip(np.asarray(e.frame_state, np.float64), target, strict=True)):
                 if np.all(np.isfinite(point)):
                     env.set_joint_positions(state)
                     uv[i] = [pixel_of(env.camera(c), point) for c in cameras]
+                    if np.all(np.isfinite(place)):
+                        place_uv[i] = [pixel_of(env.camera(c), place) for c in cameras]
             e.target_uv = uv
+            e.place_uv = place_uv
 
 
 def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray,
