@@ -3,12 +3,15 @@
 # the same data, width (128), steps and seed; only the number of attention heads differs
 # (1 against the default 4). Resumable: every finished step leaves a file and is skipped.
 #   benchmarks/heads/run.sh OUT [SEEDS...]     (default seeds: 0)
+# VARIANT=place adds the place head (place.json) and names its runs *_place, beside the others.
 set -eu
 OUT=${1:?usage: run.sh OUT [SEEDS...]}; shift
 SEEDS=${*:-0}
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 ARM=${ARM_ACT:-arm-act}
 mkdir -p "$OUT"
+EXTRA=(); SUFFIX=""
+if [ -n "${VARIANT:-}" ]; then EXTRA=("$HERE/${VARIANT}.json"); SUFFIX="_${VARIANT}"; fi
 # 800 expert demonstrations of the relation family, seeds no evaluation uses.
 if [ ! -e "$OUT/demos.done" ]; then
     $ARM collect --task relation --episodes 800 --seed 610000 --blocks 2-5 --workers 2 --resume --out "$OUT/demos"
@@ -16,10 +19,10 @@ if [ ! -e "$OUT/demos.done" ]; then
 fi
 for seed in $SEEDS; do
     for heads in 1 4; do
-        run="$OUT/heads${heads}_seed${seed}"
+        run="$OUT/heads${heads}_seed${seed}${SUFFIX}"
         if [ ! -s "$run/ckpt/metrics.json" ]; then
             $ARM train --data "$OUT/demos" --out "$run/ckpt" --cache "$OUT/cache" --seed "$seed" --nproc-per-node 2 \
-                --config "$ROOT/config/train_default.json" "$HERE/train_relation.json" "$HERE/heads_${heads}.json" \
+                --config "$ROOT/config/train_default.json" "$HERE/train_relation.json" "$HERE/heads_${heads}.json" "${EXTRA[@]}" \
                 > "$run.train.log" 2>&1 || { mkdir -p "$run"; tail -20 "$run.train.log"; exit 1; }
         fi
         # The network alone on 100 relation episodes from seeds no training used.

@@ -1,6 +1,6 @@
 """The head-count ablation's table (docs/training.md, "One head or several"), from the
-directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed), then the mean
-per head count.
+directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed, variant: "" or
+"place" for the runs of VARIANT=place).
 
     python benchmarks/heads/table.py OUT [--json FILE]
     python benchmarks/heads/table.py benchmarks/results/heads     # the kept copy
@@ -22,13 +22,13 @@ def _metrics_path(run: Path) -> Path:
 
 def run_row(run: Path) -> dict:
     """One run's figures: the training's final validation numbers and each evaluation's."""
-    heads, seed = map(int, re.fullmatch(r"heads(\d+)_seed(\d+)", run.name).groups())
+    heads, seed, variant = re.fullmatch(r"heads(\d+)_seed(\d+)(?:_(\w+))?", run.name).groups()
     metrics = json.loads(_metrics_path(run).read_text())
     final = metrics["final"]
-    row = {"heads": heads, "seed": seed, "parameters": metrics["parameters"],
+    row = {"heads": int(heads), "seed": int(seed), "variant": variant or "", "parameters": metrics["parameters"],
            "train_time_s": round(metrics["train_time_s"], 1), "val_l1": final["val_l1"],
            "val_target_cm": final["val_target_cm"], "val_grounding_cm": final.get("val_grounding_cm"),
-           "val_grounding_patch": final.get("val_grounding_patch_acc")}
+           "val_grounding_patch": final.get("val_grounding_patch_acc"), "val_place_cm": final.get("val_place_cm")}
     for task in ("relation", "box"):  # box: only the first run evaluated it (0/100; trained on relation alone)
         path = run / f"eval_{task}.json"
         if path.exists():
@@ -47,11 +47,13 @@ def markdown(rows: list[dict]) -> str:
         return (f"{e['successes']}/{e['episodes']}, lifted {e['lifted_named_block']}, "
                 f"grasp p50 {e['first_grasp_p50_cm']:.2f} cm")
 
-    lines = ["| heads (width 128) | seed | val L1 | val target error | grounding layouts: error, right patch "
+    lines = ["| heads (width 128) | seed | place head | val L1 | val target error "
+             "| grounding layouts: error, right patch "
              "| relation: success, lifted the named block, first grasp p50 | box: the same |",
-             "|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["heads"], r["seed"])):
-        lines.append(f"| {r['heads']} | {r['seed']} | {r['val_l1']:.4f} | {r['val_target_cm']:.2f} cm | "
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.get("variant", ""), r["heads"], r["seed"])):
+        place = "–" if r.get("val_place_cm") is None else f"{r['val_place_cm']:.2f} cm"
+        lines.append(f"| {r['heads']} | {r['seed']} | {place} | {r['val_l1']:.4f} | {r['val_target_cm']:.2f} cm | "
                      f"{r['val_grounding_cm']:.2f} cm, {100 * r['val_grounding_patch']:.0f} % | "
                      f"{cell(r, 'relation')} | {cell(r, 'box')} |")
     return "\n".join(lines)
