@@ -26,13 +26,17 @@ TINY = {
     "workers": 1,
     "demos": [{"name": "plain", "episodes": 2, "seed": 11}, {"name": "perturbed", "episodes": 1, "seed": 400,
                                                               "perturb": 0.3}],
-    "train": {"policy": {"width": 32, "heads": 4, "encoder_layers": 1, "chunk_size": 10,
+    # The family vocabulary and paraphrases (train_families.json), so that the takeover round and
+    # the evaluation can run other families than box.
+    "train": {"config": str(ROOT / "config" / "train_families.json"),
+              "policy": {"width": 32, "heads": 4, "encoder_layers": 1, "chunk_size": 10,
                          "target_weight": 1.0},
               "train": {"steps": 4, "batch_size": 4, "val_every": 2, "checkpoint_every": 2, "warmup_steps": 1,
                         "augment": False, "grounding_layouts": 4, "threads": 1}},
-    "rounds": [{"name": "takeover", "episodes": 1, "seed": 300000, "handover": [0.2, 0.4],
+    "rounds": [{"name": "takeover", "episodes": 1, "seed": 300000, "handover": [0.2, 0.4], "task": "stack",
                 "train": {"steps": 2, "hold_after_end": True}}],
-    "evals": [{"name": "2", "episodes": 1, "seed": 100000, "blocks": "2", "time_limit": 2}],
+    "evals": [{"name": "2", "episodes": 1, "seed": 100000, "blocks": "2", "time_limit": 2, "task": "relation",
+               "phrasing": "training"}],
     "robustness": {"episodes": 1, "seed": 400000, "blocks": "2", "variants": ["size"], "time_limit": 2},
 }
 
@@ -97,6 +101,13 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     assert tuned["data"]["episodes"] == 4  # 2 + 1 demonstrations + 1 takeover episode
     evaluation = json.loads((out / "evals" / "2.json").read_text())
     assert evaluation["episodes"] == 1 and evaluation["policy"]["checkpoint"] == str(out / "checkpoints" / "takeover")
+    # The round's and the evaluation's task families reached their episodes.
+    from arm_act.bags import custom_data, find_bags
+
+    assert [custom_data(b)["family"] for b in find_bags([out / "data" / "takeover"])] == ["stack"]
+    assert "family" not in custom_data(find_bags([out / "data" / "plain"])[0])  # box: as before
+    assert evaluation["task"] == "relation" and evaluation["phrasing"] == "training"
+    assert evaluation["results"][0]["family"] == "relation"
     assert "regrasp" in evaluation
     table = json.loads((out / "evals" / "robustness.json").read_text())
     assert [r["variant"] for r in table["rows"]] == ["size"] and table["rows"][0]["expert"]["episodes"] == 1
@@ -193,6 +204,34 @@ def test_a_demo_set_can_randomise_the_world():
 
 
 @pytest.mark.unit
+def test_a_recipe_can_name_task_families_and_start_from_a_checkpoint(tmp_path):
+    recipe = {**TINY, "demos": [{"name": "mix", "episodes": 1, "seed": 600000, "task": "mix"}],
+              "train": {**TINY["train"], "init": "../checkpoints/default"},
+              "evals": [{"name": "stack_heldout", "episodes": 1, "seed": 100000, "task": "stack",
+                         "phrasing": "held-out"}]}
+    config = from_dict(recipe, ROOT / "config")
+    assert config.demos[0].task == "mix" and config.init == str(ROOT / "checkpoints" / "default")
+    assert config.evals[0].task == "stack" and config.evals[0].phrasing == "held-out"
+    stages = {s.name: s for s in Pipeline(config, tmp_path / "run").stages}
+    assert stages["collect_mix"].params["task"] == "mix"
+    assert stages["train_stage1"].params["init"] == config.init
+    assert stages["eval_stack_heldout"].params["phrasing"] == "held-out"
+    assert config.train_config(init_from=config.init).init_from == config.init
+    # A recipe without the keys plans the stages it planned before (their runs still resume).
+    plain = {s.name: s.params for s in Pipeline(from_dict(TINY, ROOT / "config"), tmp_path / "old").stages}
+    assert "task" not in plain["collect_plain"] and "init" not in plain["train_stage1"]
+    assert "task" not in plain["robustness"] and "phrasing" not in plain["collect_takeover"]
+    for change, message in [({"task": "juggle"}, r"demos\[0\]\.task='juggle'"),
+                            ({"phrasing": "poetic"}, r"evals\[0\]\.phrasing='poetic'")]:
+        where = "demos" if "task" in change else "evals"
+        bad = {**recipe, where: [{**recipe[where][0], **change}]}
+        with pytest.raises(PipelineConfigError, match=message):
+            from_dict(bad, ROOT / "config")
+    with pytest.raises(PipelineConfigError, match="train.init"):
+        from_dict({**TINY, "train": {**TINY["train"], "init": 3}}, ROOT / "config")
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("word", ["miss", "grasp", "push"])
 def test_a_round_can_hand_over_at_a_missed_grasp_at_the_grasp_or_after_the_push(word):
     rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": word, "world": "push"}]
@@ -216,6 +255,24 @@ def test_default_recipe_is_todays_recipe():
     assert [(e.episodes, e.seed, e.blocks) for e in config.evals] == [(200, 100000, "2-5"), (200, 200000, "6")]
     names = [s.name for s in Pipeline(config, Path("/nonexistent/run")).stages]
     assert names[0] == "collect_demos_plain" and names[-3:] == ["eval_6", "robustness", "report"]
+
+
+@pytest.mark.unit
+def test_families_recipe_fine_tunes_the_shipped_policy_on_the_mix():
+    from arm_act.policy.checkpoint import read_config
+    from arm_act.policy.train import ADDABLE, GROWABLE
+
+    config = load(ROOT / "config" / "pipeline_families.yaml")
+    assert config.init == str(ROOT / "checkpoints" / "default")
+    assert [(d.task, d.episodes, d.seed) for d in config.demos] == [("mix", 1200, 600000)]
+    assert {r.task for r in config.rounds} == {"mix"} and [r.seed for r in config.rounds] == [620000, 630000, 640000]
+    policy = config.policy_config()
+    assert policy.place_weight > 0 and policy.condition_on_place and policy.condition_on_target
+    # What init may do to the shipped checkpoint: grow the vocabulary and tokens, add the place head.
+    assert set(read_config(ROOT / "checkpoints" / "default").differences(policy)) <= set(GROWABLE) | set(ADDABLE)
+    train = config.train_config(init_from=config.init)
+    assert train.paraphrase and train.grounding_task == "mix" and train.steps == 6000
+    assert {(e.task, e.phrasing) for e in config.evals} >= {("stack", "canonical"), ("relation", "held-out")}
 
 
 @pytest.mark.unit

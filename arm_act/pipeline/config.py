@@ -7,6 +7,8 @@
       - {name: demos_perturbed, episodes: 200, seed: 400, perturb: 0.3}
     train:                            # stage 1, from scratch on every demonstration set
       config: train_default.json      # {"policy": {...}, "train": {...}}, relative to this file
+                                      # (or a list of such files, applied in order)
+      init: ../checkpoints/default    # optional: fine-tune this checkpoint instead (relative to this file)
       policy: {}                      # PolicyConfig overrides
       train: {}                       # TrainConfig overrides (steps, lr, ...)
     rounds:                           # takeover rounds: the newest policy drives, the expert
@@ -19,6 +21,11 @@
         train: {steps: 5000, lr: 2.5e-4, warmup_steps: 100, hold_after_end: true}
     evals:                            # of the final checkpoint
       - {name: eval_2-5, episodes: 200, seed: 100000, blocks: 2-5}
+      - {name: stack_heldout, episodes: 100, seed: 100000, task: stack, phrasing: held-out}
+
+Demo sets, rounds and evaluations take `task` (box | stack | relation | mix: the goal family
+of their episodes, docs/tasks.md; default box), evaluations also `phrasing` (canonical |
+training | held-out).
     robustness: {episodes: 50, seed: 400000, blocks: 2-5, variants: all}
     eval_assist: false                # evaluations with policy_node's hand-written assist
 
@@ -81,6 +88,7 @@ class DemoSet:
     seed: int
     perturb: float = 0.0
     world: str | None = None  # a world perturbation (domain randomisation), arm_act.data.collect.CollectConfig.world
+    task: str = "box"  # the goal family of its episodes (arm_act.sim.instructions.TASKS)
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,7 @@ class TakeoverRound:
     train: dict
     latency_ticks: int = 1
     world: str | None = None  # the world the round's episodes run in (as DemoSet.world)
+    task: str = "box"  # as DemoSet.task
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class EvalSpec:
     seed: int
     blocks: str = "2-5"
     time_limit: float = 20.0
+    task: str = "box"  # as DemoSet.task
+    phrasing: str = "canonical"  # the words of each goal (arm_act.sim.instructions.PHRASINGS)
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,7 @@ class PipelineConfig:
     # `arm-act pipeline --nproc-per-node N` overrides it; a GPU run trains in one process).
     train_processes: int = 1
     extra: dict = field(default_factory=dict)
+    init: str = ""  # stage 1 fine-tunes this checkpoint (an absolute path) instead of starting from scratch
 
     def policy_config(self):
         from arm_act.policy.config import PolicyConfig
@@ -168,14 +180,23 @@ def _demo_sets(raw: Any) -> list[DemoSet]:
         raise PipelineConfigError("demos: a list of at least one demonstration set is needed")
     demos = []
     for i, d in enumerate(raw):
-        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world"})
+        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world", "task"})
         perturb = d.get("perturb", 0.0)
         if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
             raise PipelineConfigError(f"demos[{i}].perturb={perturb!r} must be in [0, 1]")
         demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
                              _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb),
-                             _world(f"demos[{i}]", d.get("world"))))
+                             _world(f"demos[{i}]", d.get("world")), _task(f"demos[{i}]", d.get("task", "box"))))
     return demos
+
+
+def _task(where: str, task: Any) -> str:
+    """A goal family of arm_act.sim.instructions.TASKS."""
+    from arm_act.sim.instructions import TASKS
+
+    if task not in TASKS:
+        raise PipelineConfigError(f"{where}.task={task!r} must be one of {list(TASKS)}")
+    return str(task)
 
 
 def _world(where: str, world: Any) -> str | None:
@@ -197,10 +218,11 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     blocks = _blocks("blocks", top.get("blocks", "2-5"))
     workers = _int("workers", top.get("workers", 1), 1)
     demos = _demo_sets(top.get("demos"))
-    train_raw = _only("train", top.get("train", {}), {"config", "policy", "train"})
+    train_raw = _only("train", top.get("train", {}), {"config", "policy", "train", "init"})
     policy, train = {}, {}
-    if "config" in train_raw:
-        path = Path(train_raw["config"])
+    files = train_raw.get("config", [])
+    for name in [files] if isinstance(files, str) else files:  # one file or a list, applied in order
+        path = Path(name)
         path = path if path.is_absolute() else base_dir / path
         try:
             base = json.loads(path.read_text())
@@ -210,11 +232,18 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
         train.update(base.get("train", {}))
     policy.update(_only("train.policy", train_raw.get("policy", {}) or {}, set(policy) | _fields("policy")))
     train.update(_only("train.train", train_raw.get("train", {}) or {}, _fields("train")))
+    init = ""
+    if train_raw.get("init") is not None:
+        if not isinstance(train_raw["init"], str) or not train_raw["init"]:
+            raise PipelineConfigError(f"train.init={train_raw['init']!r} must be a checkpoint directory")
+        path = Path(train_raw["init"])
+        init = str((path if path.is_absolute() else base_dir / path).resolve())
     from arm_act.data.collect import HANDOVER_WORDS
 
     rounds = []
     for i, r in enumerate(top.get("rounds", []) or []):
-        r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks", "world"})
+        r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks", "world",
+                                      "task"})
         handover = r.get("handover")
         if handover in HANDOVER_WORDS:  # the grasp closed on nothing / starts to close / after the push
             pass
@@ -233,15 +262,22 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                                     _int(f"rounds[{i}].seed", r.get("seed"), 0),
                                     handover, dict(overrides),
                                     _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0),
-                                    _world(f"rounds[{i}]", r.get("world"))))
+                                    _world(f"rounds[{i}]", r.get("world")),
+                                    _task(f"rounds[{i}]", r.get("task", "box"))))
     evals = []
     for i, e in enumerate(top.get("evals", []) or []):
-        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit"})
+        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit", "task", "phrasing"})
+        from arm_act.sim.instructions import PHRASINGS
+
+        phrasing = e.get("phrasing", "canonical")
+        if phrasing not in PHRASINGS:
+            raise PipelineConfigError(f"evals[{i}].phrasing={phrasing!r} must be one of {list(PHRASINGS)}")
         evals.append(EvalSpec(_name(f"evals[{i}]", e.get("name")),
                               _int(f"evals[{i}].episodes", e.get("episodes"), 1),
                               _int(f"evals[{i}].seed", e.get("seed"), 0),
                               _blocks(f"evals[{i}]", e.get("blocks", "2-5")),
-                              _time_limit(f"evals[{i}]", e.get("time_limit", 20.0))))
+                              _time_limit(f"evals[{i}]", e.get("time_limit", 20.0)),
+                              _task(f"evals[{i}]", e.get("task", "box")), str(phrasing)))
     robustness = None
     if top.get("robustness"):
         rb = _only("robustness", top["robustness"], {"episodes", "seed", "blocks", "variants", "time_limit",
@@ -270,10 +306,10 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                             _int("eval_threads", top.get("eval_threads", 1), 1),
                             _int("eval_latency_ticks", top.get("eval_latency_ticks", 1), 0), source,
                             train_processes=_int("train_processes", top.get("train_processes", 1), 1),
-                            eval_assist=_bool("eval_assist", top.get("eval_assist", False)))
+                            eval_assist=_bool("eval_assist", top.get("eval_assist", False)), init=init)
     try:  # every stage's policy and train config is valid before anything runs
         config.policy_config()
-        config.train_config()
+        config.train_config(init_from=init)
         for r in rounds:
             config.train_config(r.train, init_from="previous")
     except (TypeError, ValueError) as exc:

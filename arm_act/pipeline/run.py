@@ -70,10 +70,15 @@ class Stage:
         return f"{self.index:02d}_{self.name}.json"
 
 
-def _without_unset_world(spec) -> dict:
-    """A demo set's or round's fields, "world" only when set: a run made before the key
-    existed keeps its stage digests and still resumes."""
-    return {k: v for k, v in dataclasses.asdict(spec).items() if k != "world" or v is not None}
+# Fields added to the recipe's specs after runs were made, with the value that means "as before".
+_ADDED_DEFAULTS = {"world": None, "task": "box", "phrasing": "canonical"}
+
+
+def _spec_params(spec) -> dict:
+    """A demo set's, round's or evaluation's fields, the added ones only when not at their
+    default: a run made before a key existed keeps its stage digests and still resumes."""
+    return {k: v for k, v in dataclasses.asdict(spec).items()
+            if k not in _ADDED_DEFAULTS or v != _ADDED_DEFAULTS[k]}
 
 
 def _digest(params: dict) -> str:
@@ -151,20 +156,22 @@ class Pipeline:
             stages.append(Stage(len(stages) + 1, name, params, output, run))
 
         for demo in c.demos:
-            add(f"collect_{demo.name}", {"kind": "collect", **_without_unset_world(demo), "blocks": c.blocks},
+            add(f"collect_{demo.name}", {"kind": "collect", **_spec_params(demo), "blocks": c.blocks},
                 self.data_dir(demo.name),
-                lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world))
+                lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world, task=d.task))
         data = [self.data_dir(d.name) for d in c.demos]
-        add(f"train_{STAGE1}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
-                                "train": c.train}, self.checkpoint_dir(STAGE1),
-            lambda data=list(data): self._train(STAGE1, data, c.train_config()))
+        stage1 = {"kind": "train", "data": [str(p) for p in data], "policy": c.policy, "train": c.train}
+        if c.init:
+            stage1["init"] = c.init
+        add(f"train_{STAGE1}", stage1, self.checkpoint_dir(STAGE1),
+            lambda data=list(data): self._train(STAGE1, data, c.train_config(init_from=c.init)))
         previous = self.checkpoint_dir(STAGE1)
         for rnd in c.rounds:
-            add(f"collect_{rnd.name}", {"kind": "takeover", **_without_unset_world(rnd), "blocks": c.blocks,
+            add(f"collect_{rnd.name}", {"kind": "takeover", **_spec_params(rnd), "blocks": c.blocks,
                                         "policy": str(previous)},
                 self.data_dir(rnd.name), lambda r=rnd, p=previous: self._collect(
                     r.name, r.episodes, r.seed, 0.0, policy=p, handover=r.handover, latency_ticks=r.latency_ticks,
-                    world=r.world))
+                    world=r.world, task=r.task))
             data = [*data, self.data_dir(rnd.name)]
             train_config = c.train_config(rnd.train, init_from=str(previous))
             add(f"train_{rnd.name}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
@@ -173,7 +180,7 @@ class Pipeline:
             previous = self.checkpoint_dir(rnd.name)
         final = self.final_checkpoint
         for spec in c.evals:
-            add(f"eval_{spec.name}", {"kind": "eval", **dataclasses.asdict(spec), "policy": str(final),
+            add(f"eval_{spec.name}", {"kind": "eval", **_spec_params(spec), "policy": str(final),
                                       "threads": c.eval_threads, "latency_ticks": c.eval_latency_ticks,
                                       "assist": c.eval_assist},
                 self.out / "evals" / f"{spec.name}.json", lambda s=spec: self._eval(s))
@@ -279,14 +286,15 @@ class Pipeline:
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
                  handover: tuple[float, float] | str | None = None, latency_ticks: int | None = None,
-                 world: str | None = None) -> dict:
+                 world: str | None = None, task: str = "box") -> dict:
         from arm_act.common.episodes import parse_blocks
         from arm_act.common.ray_pool import RayPoolError
         from arm_act.data.collect import CollectConfig, CollectError, collect
         from arm_act.policy.checkpoint import CheckpointError
 
         config = CollectConfig(out=self.data_dir(name), perturb=perturb, policy=policy, handover=handover,
-                               latency_ticks=latency_ticks if policy is not None else None, world=world)
+                               latency_ticks=latency_ticks if policy is not None else None, world=world,
+                               task=task)
         on_record = _every_tenth(episodes, lambda n, _successes: logger.info("collect %s: %d episodes this run",
                                                                               name, n))
         try:
@@ -356,7 +364,8 @@ class Pipeline:
             raise PipelineError(f"train {name}: torchrun with {nproc} processes exited "
                                 f"with status {status}")
 
-    def _eval_config(self, episodes: int, seed: int, blocks: str, time_limit: float):
+    def _eval_config(self, episodes: int, seed: int, blocks: str, time_limit: float, task: str = "box",
+                     phrasing: str = "canonical"):
         from arm_act.eval.evaluate import EvalConfig
         from arm_act.eval.in_process import PolicySettings
 
@@ -366,7 +375,7 @@ class Pipeline:
                                   device=eval_device, assist=self.config.eval_assist)
         return EvalConfig(policy=self.final_checkpoint, episodes=episodes, seed=seed, blocks=blocks,
                           time_limit=time_limit, settings=settings, ray=self.options.ray,
-                          workers=1 if self.options.ray else self.config.workers)
+                          workers=1 if self.options.ray else self.config.workers, task=task, phrasing=phrasing)
 
     def _eval(self, spec) -> dict:
         from arm_act.eval.evaluate import evaluate
@@ -374,8 +383,8 @@ class Pipeline:
         progress = _every_tenth(spec.episodes, lambda n, ok: logger.info("eval %s: %d/%d episodes, %d succeeded",
                                                                           spec.name, n, spec.episodes, ok))
         with _one_line(f"eval {spec.name}"):
-            summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit),
-                               on_record=progress)
+            summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit, spec.task,
+                                                 spec.phrasing), on_record=progress)
         _write_json(self.out / "evals" / f"{spec.name}.json", summary)
         return {k: v for k, v in summary.items() if k != "results"}
 
