@@ -265,22 +265,20 @@ class ACTPolicy(nn.Module):
             kl = kl_divergence(out.mu, out.logvar)
             parts["kl"] = kl.detach()
             loss = loss + self.config.kl_weight * kl
-        if out.target is not None and "target" in batch:
-            err = target_error(out.target, batch["target"])
-            parts["target_cm"] = (err * 100.0).detach()
-            loss = loss + self.config.target_weight * err / TARGET_SCALE
-        if out.target_logits is not None and "target_patch" in batch:
-            ce = patch_cross_entropy(out.target_logits, batch["target_patch"])
-            parts["patch_ce"] = ce.detach()
-            loss = loss + self.config.target_weight * ce
-        if out.place is not None and "place" in batch:
-            err = target_error(out.place, batch["place"])
-            parts["place_cm"] = (err * 100.0).detach()
-            loss = loss + self.config.place_weight * err / TARGET_SCALE
-        if out.place_logits is not None and "place_patch" in batch:
-            ce = patch_cross_entropy(out.place_logits, batch["place_patch"])
-            parts["place_ce"] = ce.detach()
-            loss = loss + self.config.place_weight * ce
+        # The position heads: (label key, patch label key, estimate, patch logits, part names, weight).
+        heads = (("target", "target_patch", out.target, out.target_logits, "target_cm", "patch_ce",
+                  self.config.target_weight),
+                 ("place", "place_patch", out.place, out.place_logits, "place_cm", "place_ce",
+                  self.config.place_weight))
+        for key, patch_key, position, logits, cm_name, ce_name, weight in heads:
+            if position is not None and key in batch:
+                err = target_error(position, batch[key])
+                parts[cm_name] = (err * 100.0).detach()
+                loss = loss + weight * err / TARGET_SCALE
+            if logits is not None and patch_key in batch:
+                ce = patch_cross_entropy(logits, batch[patch_key])
+                parts[ce_name] = ce.detach()
+                loss = loss + weight * ce
         return loss, parts
 
     def _check_inputs(self, images, state, ids, ids_mask, actions, action_mask) -> None:
