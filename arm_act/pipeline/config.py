@@ -210,6 +210,25 @@ def _world(where: str, world: Any) -> str | None:
     return str(world)
 
 
+def _eval_specs(raw: list) -> list[EvalSpec]:
+    """The recipe's `evals` list, each evaluation checked."""
+    evals = []
+    for i, e in enumerate(raw):
+        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit", "task", "phrasing"})
+        from arm_act.sim.instructions import PHRASINGS
+
+        phrasing = e.get("phrasing", "canonical")
+        if phrasing not in PHRASINGS:
+            raise PipelineConfigError(f"evals[{i}].phrasing={phrasing!r} must be one of {list(PHRASINGS)}")
+        evals.append(EvalSpec(_name(f"evals[{i}]", e.get("name")),
+                              _int(f"evals[{i}].episodes", e.get("episodes"), 1),
+                              _int(f"evals[{i}].seed", e.get("seed"), 0),
+                              _blocks(f"evals[{i}]", e.get("blocks", "2-5")),
+                              _time_limit(f"evals[{i}]", e.get("time_limit", 20.0)),
+                              _task(f"evals[{i}]", e.get("task", "box")), str(phrasing)))
+    return evals
+
+
 def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     """The recipe of a parsed YAML mapping; base_dir resolves train.config."""
     top = _only("pipeline", data, {"blocks", "workers", "demos", "train", "rounds", "evals", "robustness",
@@ -264,20 +283,7 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                                     _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0),
                                     _world(f"rounds[{i}]", r.get("world")),
                                     _task(f"rounds[{i}]", r.get("task", "box"))))
-    evals = []
-    for i, e in enumerate(top.get("evals", []) or []):
-        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit", "task", "phrasing"})
-        from arm_act.sim.instructions import PHRASINGS
-
-        phrasing = e.get("phrasing", "canonical")
-        if phrasing not in PHRASINGS:
-            raise PipelineConfigError(f"evals[{i}].phrasing={phrasing!r} must be one of {list(PHRASINGS)}")
-        evals.append(EvalSpec(_name(f"evals[{i}]", e.get("name")),
-                              _int(f"evals[{i}].episodes", e.get("episodes"), 1),
-                              _int(f"evals[{i}].seed", e.get("seed"), 0),
-                              _blocks(f"evals[{i}]", e.get("blocks", "2-5")),
-                              _time_limit(f"evals[{i}]", e.get("time_limit", 20.0)),
-                              _task(f"evals[{i}]", e.get("task", "box")), str(phrasing)))
+    evals = _eval_specs(top.get("evals", []) or [])
     robustness = None
     if top.get("robustness"):
         rb = _only("robustness", top["robustness"], {"episodes", "seed", "blocks", "variants", "time_limit",
