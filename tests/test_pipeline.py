@@ -229,6 +229,10 @@ def test_a_recipe_can_name_task_families_and_start_from_a_checkpoint(tmp_path):
             from_dict(bad, ROOT / "config")
     with pytest.raises(PipelineConfigError, match="train.init"):
         from_dict({**TINY, "train": {**TINY["train"], "init": 3}}, ROOT / "config")
+    with pytest.raises(PipelineConfigError, match=r"train.init='nowhere': .* holds no checkpoint"):
+        from_dict({**TINY, "train": {**TINY["train"], "init": "nowhere"}}, ROOT / "config")
+    with pytest.raises(PipelineConfigError, match=r"train.config=3 must be a JSON file or a list"):
+        from_dict({**TINY, "train": {**TINY["train"], "config": 3}}, ROOT / "config")
 
 
 @pytest.mark.unit

@@ -22,12 +22,12 @@
     evals:                            # of the final checkpoint
       - {name: eval_2-5, episodes: 200, seed: 100000, blocks: 2-5}
       - {name: stack_heldout, episodes: 100, seed: 100000, task: stack, phrasing: held-out}
+    robustness: {episodes: 50, seed: 400000, blocks: 2-5, variants: all}
+    eval_assist: false                # evaluations with policy_node's hand-written assist
 
 Demo sets, rounds and evaluations take `task` (box | stack | relation | mix: the goal family
 of their episodes, docs/tasks.md; default box), evaluations also `phrasing` (canonical |
 training | held-out).
-    robustness: {episodes: 50, seed: 400000, blocks: 2-5, variants: all}
-    eval_assist: false                # evaluations with policy_node's hand-written assist
 
 Names become directory names under the run's out directory, so they are identifiers.
 """
@@ -240,7 +240,10 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     train_raw = _only("train", top.get("train", {}), {"config", "policy", "train", "init"})
     policy, train = {}, {}
     files = train_raw.get("config", [])
-    for name in [files] if isinstance(files, str) else files:  # one file or a list, applied in order
+    files = [files] if isinstance(files, str) else files  # one file or a list, applied in order
+    if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+        raise PipelineConfigError(f"train.config={train_raw.get('config')!r} must be a JSON file or a list of them")
+    for name in files:
         path = Path(name)
         path = path if path.is_absolute() else base_dir / path
         try:
@@ -256,7 +259,10 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
         if not isinstance(train_raw["init"], str) or not train_raw["init"]:
             raise PipelineConfigError(f"train.init={train_raw['init']!r} must be a checkpoint directory")
         path = Path(train_raw["init"])
-        init = str((path if path.is_absolute() else base_dir / path).resolve())
+        path = (path if path.is_absolute() else base_dir / path).resolve()
+        if not (path / "config.json").is_file():  # refused before any stage runs, not at stage 1's training
+            raise PipelineConfigError(f"train.init={train_raw['init']!r}: {path} holds no checkpoint (config.json)")
+        init = str(path)
     from arm_act.data.collect import HANDOVER_WORDS
 
     rounds = []
