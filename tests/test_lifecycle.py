@@ -185,10 +185,18 @@ def test_deactivate_during_an_episode_holds_the_arm_and_cleanup_releases_the_mod
                 np.testing.assert_allclose(command, held, atol=1e-12)
             late = np.array([q[:7] for _, q, stamp in states if stamp > deactivated_sim + 1.0])
             # It stopped where it was (the pose the node measured at the deactivation), within the
-            # sim's position tracking error under gravity (joint 2 settles 0.07-0.25 rad lower,
+            # sim's position tracking error under gravity (joint 2 settles 0.07-0.27 rad lower,
             # measured; `arm-act report` shows the same error while the arm moves).
             assert np.abs(late - held).max() < 0.35
-            assert np.abs(late - late[0]).max() < 0.005  # and stays: still, not drifting
+
+            def still() -> bool:  # the last half second of sim time: at rest, not drifting
+                tail = np.array([q[:7] for _, q, stamp in list(states) if stamp > states[-1][2] - 0.5])
+                return len(tail) > 10 and float(np.abs(tail - tail[0]).max()) < 0.005
+            # A hand resting on a block or the table may hold by friction for a while and then
+            # slip down to the same tracking error (seen once in CI, 1 s after deactivating): the
+            # arm comes to rest and stays there.
+            assert wait_for(still, timeout=20), "the held arm keeps moving"
+            assert np.abs(states[-1][1][:7] - held).max() < 0.35
             assert sim.env.status() == "running"  # during the episode
             # Active again: it commands from the policy once more (no longer the hold).
             assert operator.transition(Transition.TRANSITION_ACTIVATE) is True
