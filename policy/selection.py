@@ -71,6 +71,7 @@ class ActionSelector:
         self.started = False  # whether a chunk's action has been issued since reset
         self.last_start_tick = -1  # the start tick of the newest chunk handed to the executor
         self.last_prediction: ChunkPrediction | None = None  # from select_action's last inference
+        self.conditioned_on: str | None = None  # the instruction of select_action's last chunk
 
     @property
     def latency_ticks(self) -> int:
@@ -84,7 +85,7 @@ class ActionSelector:
         self.runtime.reset()
         self.held = (position[:ARM_JOINTS].copy(), float(position[ARM_JOINTS]))
         self.holding, self.started, self.last_start_tick = True, False, -1
-        self.last_prediction = None
+        self.last_prediction = self.conditioned_on = None
         self.limiter.reset(position[:ARM_JOINTS])
         if self.aim is not None:
             self.aim.reset()
@@ -180,8 +181,13 @@ class ActionSelector:
                       ) -> tuple[np.ndarray, float]:
         """The synchronous door: on a camera tick (images {camera: (H, W, 3) uint8}) infer a
         chunk from the pair and joint_position (S,), usable from tick + latency_ticks (kept in
-        `last_prediction`); then the command for `tick`."""
+        `last_prediction`); then the command for `tick`. The first pair under a new
+        instruction drops the old goal's chunks (new_goal), as policy_node does."""
         if images is not None:
+            if instruction != self.conditioned_on:
+                if self.conditioned_on is not None:
+                    self.new_goal()
+                self.conditioned_on = instruction
             self.last_prediction = self.runtime.predict_chunk(images, joint_position, instruction,
                                                               need_attention=need_attention)
             self.add_chunk(tick, self.last_prediction.actions, target=self.last_prediction.target)

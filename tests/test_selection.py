@@ -144,6 +144,28 @@ def test_select_action_infers_on_camera_ticks_and_limits_the_command():
     assert selector.last_prediction is prediction
 
 
+def test_a_new_instruction_drops_the_old_goals_chunks():
+    """select_action re-conditions as policy_node does: the first pair under a new
+    instruction drops the chunks of the old one, which hold until the new chunk is due."""
+    images = {c: np.full((32, 32, 3), 100, np.uint8) for c in ("front", "wrist")}
+    other = "put the blue block in the box"
+    commands = {}
+    for second in (INSTRUCTION, other):
+        selector = ActionSelector(_runtime("ensemble"), 1, CommandLimiter(1e6, 50.0))  # no speed limit
+        selector.reset(POSE)
+        selector.select_action(0, POSE, INSTRUCTION, images)
+        first = selector.select_action(1, POSE, INSTRUCTION, None)  # the first chunk's row 0
+        held = selector.select_action(2, POSE, second, images)
+        new = selector.last_prediction.actions
+        commands[second] = selector.select_action(3, POSE, second, None)[0]
+        if second == other:
+            np.testing.assert_array_equal(held[0], first[0])  # the old goal's chunk is gone: hold
+            np.testing.assert_allclose(commands[second], np.clip(new[1, :7], ARM_LOWER, ARM_UPPER), atol=1e-9)
+            assert selector.conditioned_on == other
+    # The same instruction: tick 3 averages both chunks, so it differs from the new one alone.
+    assert np.abs(commands[INSTRUCTION] - commands[other]).max() > 1e-6
+
+
 def test_bad_use_is_an_error():
     with pytest.raises(ValueError, match="latency_ticks=-1"):
         ActionSelector(_runtime(), -1, CommandLimiter(3.0, 50.0))
