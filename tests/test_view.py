@@ -160,6 +160,31 @@ def test_rrd_of_a_live_bag_has_one_row_per_message_on_each_entity(policy_bag, tm
     assert len(RrdReader(rrd).blueprints()) == 1
 
 
+def _active_camera_tab(rrd: Path) -> str:
+    """The name of the tab the camera column's Tabs container shows first in rrd's layout."""
+    reader = RrdReader(rrd)
+    names, active = {}, []
+    for chunk in reader.stream(store=reader.blueprints()[0]):
+        batch = chunk.to_record_batch()
+        if "ContainerBlueprint:display_name" in batch.schema.names:
+            names[chunk.entity_path.lstrip("/")] = batch.column("ContainerBlueprint:display_name").to_pylist()[-1][0]
+        if "ContainerBlueprint:active_tab" in batch.schema.names:
+            active += [row[0] for row in batch.column("ContainerBlueprint:active_tab").to_pylist() if row]
+    (tab,) = active
+    return names[tab.lstrip("/")]
+
+
+@pytest.mark.unit
+def test_the_camera_tab_shown_first_is_a_choice(policy_bag, tmp_path):
+    """`arm-act view --attention words` opens on where the instruction's words look."""
+    for attention, name in (("queries", "action queries' attention"), ("words", "instruction's attention")):
+        rrd = tmp_path / f"{attention}.rrd"
+        view_bags([policy_bag], save=rrd, report=lambda line: None, attention=attention)
+        assert _active_camera_tab(rrd) == name
+    with pytest.raises(ValueError, match="'heads' is not one of queries, words"):
+        L.blueprint(attention="heads")
+
+
 @pytest.mark.unit
 def test_chunk_path_is_forward_kinematics_of_the_chunk(policy_bag, tmp_path):
     rrd = tmp_path / "run.rrd"

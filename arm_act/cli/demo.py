@@ -22,6 +22,7 @@ from pathlib import Path
 
 from arm_act.cli.eval import add_assist_argument, add_setting, add_task_arguments
 from arm_act.cli.main import CommandError
+from arm_act.cli.view import add_attention_argument
 from arm_act.common.paths import config_file, default_checkpoint
 from arm_act.common.processes import NodeProcesses, ros_args
 
@@ -43,6 +44,7 @@ def configure(parser) -> None:
     parser.add_argument("--web", action="store_true",
                         help="with --viewer rerun: serve Rerun's web viewer on 127.0.0.1, up until Ctrl-C")
     parser.add_argument("--port", type=int, default=9090, help="web viewer port (default 9090; 0: any free port)")
+    add_attention_argument(parser)
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--time-limit", type=float, default=20.0, help="episode time limit, sim seconds")
@@ -64,7 +66,7 @@ def _open_rerun(args):
     from arm_act.view.live import LiveRerun
 
     try:
-        live = LiveRerun(save=args.save, web=args.web, port=args.port)
+        live = LiveRerun(save=args.save, web=args.web, port=args.port, attention=args.attention)
     except ViewerError as exc:
         raise CommandError(str(exc)) from None
     if live.url:

@@ -22,6 +22,14 @@ def configure(parser) -> None:
                         help="write the recording here (several bags: a folder, one .rrd per bag)")
     parser.add_argument("--web", action="store_true", help="serve Rerun's web viewer on 127.0.0.1 until Ctrl-C")
     parser.add_argument("--port", type=int, default=9090, help="web viewer port (default 9090; 0: any free port)")
+    add_attention_argument(parser)
+
+
+def add_attention_argument(parser) -> None:
+    """--attention: the camera tab Rerun shows first, on `view` and `demo --viewer rerun`."""
+    parser.add_argument("--attention", choices=("queries", "words"), default="queries",
+                        help="Rerun's camera tab shown first: the action queries' attention (default) or "
+                             "where the instruction's words look")
 
 
 def run(args) -> int:
@@ -34,7 +42,7 @@ def run(args) -> int:
     spawn = not web and args.save is None
     try:
         results = view_bags(args.bags, save=args.save, web=web, port=args.port, spawn=spawn,
-                            report=lambda line: print(line, flush=True))
+                            report=lambda line: print(line, flush=True), attention=args.attention)
     except (BagError, ViewerError) as exc:
         raise CommandError(str(exc)) from None
     print(f"{len(results)} bag{'s' if len(results) != 1 else ''} shown")

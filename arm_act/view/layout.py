@@ -79,9 +79,16 @@ BOX = "world/objects/box"
 TABLE = "world/table"
 
 
-def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
+ATTENTION_TABS = ("queries", "words")
+"""The camera column's tabs: the action queries' attention, the instruction words' attention."""
+
+
+def blueprint(cameras=CAMERAS, attention: str = "queries") -> rrb.Blueprint:
     """Cameras with attention and the episode on the left, the 3D scene with the diagnostics
-    below it in the middle, the joints (actual vs commanded) and gripper on the right."""
+    below it in the middle, the joints (actual vs commanded) and gripper on the right.
+    attention: the camera tab shown first (ATTENTION_TABS)."""
+    if attention not in ATTENTION_TABS:
+        raise ValueError(f"attention tab {attention!r} is not one of {', '.join(ATTENTION_TABS)}")
     # Imported here, not at the top: the sim imports PyBullet, which prints a banner, and
     # `arm-act view` checks its bags before anything prints.
     from arm_act.sim.robot import ARM_JOINTS
@@ -92,6 +99,7 @@ def blueprint(cameras=CAMERAS) -> rrb.Blueprint:
         rrb.Vertical(*[rrb.Spatial2DView(origin="/", contents=[f"/{camera_image(c)}", f"/{words_attention(c)}"],
                                          name=f"{c} camera, the words' attention") for c in cameras],
                      name="instruction's attention"),
+        active_tab=ATTENTION_TABS.index(attention),
     )
     left = rrb.Vertical(
         cameras_views,

@@ -99,12 +99,13 @@ class RerunBridge(Node):
 class LiveRerun:
     """The demo's Rerun output: a recording into `save` (.rrd), the web viewer on
     127.0.0.1:`port` (web), or a native viewer when a display exists and neither is asked for;
-    without a display and neither, into arm_act_demo.rrd. The bridge node spins on its own
+    without a display and neither, into arm_act_demo.rrd; `attention`: the camera tab shown
+    first (arm_act.view.layout.ATTENTION_TABS). The bridge node spins on its own
     executor thread (context: the rclpy context, already initialised), so the demo's other
     callbacks never wait behind it, nor it behind them."""
 
     def __init__(self, save: Path | None = None, web: bool = False, port: int | None = None,
-                 cameras=L.CAMERAS, context=None):
+                 cameras=L.CAMERAS, context=None, attention: str = "queries"):
         spawn = save is None and not web and bool(os.environ.get("DISPLAY"))
         if save is None and not web and not spawn:
             save = DEFAULT_SAVE
@@ -112,7 +113,8 @@ class LiveRerun:
         self.server = WebViewer(port or 0) if web else None
         self.url = self.server.url if self.server else None
         try:
-            self.rec = open_recording("arm-act demo (live)", save=save, web=self.server, spawn=spawn, cameras=cameras)
+            self.rec = open_recording("arm-act demo (live)", save=save, web=self.server, spawn=spawn, cameras=cameras,
+                                      attention=attention)
             self.node = RerunBridge(self.rec, cameras, context=context)
         except Exception:
             if self.server is not None:

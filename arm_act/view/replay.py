@@ -66,9 +66,10 @@ def check_bag(bag: Path) -> BagInfo:
 
 
 def replay_bag(bag: str | os.PathLike, *, save: Path | None = None, web: WebViewer | None = None,
-               spawn: bool = False, kinematics=None) -> ReplayResult:
+               spawn: bool = False, kinematics=None, attention: str = "queries") -> ReplayResult:
     """Log one bag into a recording sent to `save` (.rrd), `web` and/or a native viewer;
-    kinematics: a PandaKinematics to share between bags (else one is made)."""
+    kinematics: a PandaKinematics to share between bags (else one is made); attention: the
+    camera tab shown first (layout.ATTENTION_TABS)."""
     from arm_act.view.logger import RunLogger  # PyBullet (and its banner) only once there is a bag to show
 
     bag = Path(bag)
@@ -77,7 +78,7 @@ def replay_bag(bag: str | os.PathLike, *, save: Path | None = None, web: WebView
         logger.warning("%s is incomplete (%s): showing what it holds", bag, info.problem)
     cameras = cameras_of(info.topics) or L.CAMERAS
     name = recording_name(bag, info.custom_data)
-    rec = open_recording(name, save=save, web=web, spawn=spawn, cameras=cameras)
+    rec = open_recording(name, save=save, web=web, spawn=spawn, cameras=cameras, attention=attention)
     # A bag is read in a few seconds: send its high-rate rows in a few large chunks, which the
     # viewer ingests much faster than the live view's many small ones (5 per second).
     run = RunLogger(rec, cameras, kinematics, flush_interval_s=REPLAY_FLUSH_S)
@@ -108,10 +109,11 @@ def _save_path(save: Path | None, bag: Path, many: bool) -> Path | None:
 
 def view_bags(paths: Sequence[str | os.PathLike], *, save: Path | None = None, web: bool = False,
               port: int | None = None, spawn: bool = False, report: Callable[[str], None] = print,
-              serve_s: float | None = None) -> list[ReplayResult]:
+              serve_s: float | None = None, attention: str = "queries") -> list[ReplayResult]:
     """Replay bags into `save` (one .rrd for one bag, else a folder with one per bag), the web
     viewer on 127.0.0.1:`port` (served until Ctrl-C, or for serve_s seconds), and/or a native
-    viewer. `report` receives the lines to show the user (the web viewer's address first)."""
+    viewer, its camera tab `attention` first (layout.ATTENTION_TABS). `report` receives the
+    lines to show the user (the web viewer's address first)."""
     bags = find_bags(paths)
     for bag in bags:
         check_bag(bag)
@@ -130,7 +132,7 @@ def view_bags(paths: Sequence[str | os.PathLike], *, save: Path | None = None, w
             report(f"web viewer: {server.url}")
         for bag in bags:
             result = replay_bag(bag, save=_save_path(save, bag, len(bags) > 1), web=server, spawn=spawn,
-                                kinematics=kinematics)
+                                kinematics=kinematics, attention=attention)
             results.append(result)
             report(f"{result.name}: {result.messages} messages" + (f" -> {result.rrd}" if result.rrd else ""))
         if server is not None:

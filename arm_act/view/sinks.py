@@ -137,10 +137,12 @@ class WebViewer:
 
 
 def open_recording(name: str, *, save: Path | None = None, web: WebViewer | None = None,
-                   spawn: bool = False, cameras=L.CAMERAS, recording_id: str | None = None) -> rr.RecordingStream:
+                   spawn: bool = False, cameras=L.CAMERAS, recording_id: str | None = None,
+                   attention: str = "queries") -> rr.RecordingStream:
     """A recording of application `arm_act` named `name`, streamed into the .rrd file `save`,
-    the web viewer `web` and/or a native viewer (spawn; needs a display), with the layout.
-    With none of them it stays in memory (rerun buffers it)."""
+    the web viewer `web` and/or a native viewer (spawn; needs a display), with the layout
+    (its camera tab `attention`, layout.ATTENTION_TABS). With none of them it stays in memory
+    (rerun buffers it)."""
     rec = rr.RecordingStream(L.APPLICATION_ID, recording_id=recording_id or str(uuid.uuid4()))
     sinks = []
     if save is not None:
@@ -149,7 +151,7 @@ def open_recording(name: str, *, save: Path | None = None, web: WebViewer | None
         sinks.append(rr.FileSink(str(save)))
     if web is not None:
         sinks.append(rr.GrpcSink(web.grpc_url))
-    blueprint = L.blueprint(cameras)
+    blueprint = L.blueprint(cameras, attention)
     if spawn:
         rec.spawn(default_blueprint=blueprint)  # a native viewer on a free port, then connected
         if sinks:
