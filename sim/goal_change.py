@@ -58,6 +58,11 @@ class GoalChange:
             raise ValueError(f"goal change {text!r}: {at!r} is not a time in seconds") from None
         return cls(seconds, to)
 
+    @classmethod
+    def optional(cls, text: str | None) -> GoalChange | None:
+        """parse(text), None for None: a config's `change_goal` field."""
+        return None if text is None else cls.parse(text)
+
     def __str__(self) -> str:
         return f"{self.at:g}:{self.to}"
 

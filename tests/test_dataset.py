@@ -179,6 +179,21 @@ def test_takeover_bags_keep_only_the_frames_the_expert_commanded(tmp_path):
         assert (ep.success, ep.status, ep.n_frames, ep.images.shape[1:]) == (False, status, 0, (2, 32, 32, 3))
 
 
+@pytest.mark.parametrize("changes, message", [
+    ("soon", "is not a list"), ([{"time": "nan", "instruction": "x"}], "finite"),
+    ([{"time": -1.0, "instruction": "x"}], ">= 0"), ([{"instruction": "x"}], "time")])
+def test_bad_goal_changes_in_an_episode_message_are_a_clear_error(tmp_path, changes, message):
+    import json
+    from types import SimpleNamespace
+
+    good = {"state": "running", "instruction": "put the red block in the box"}
+    assert ds._episode_json(SimpleNamespace(data=json.dumps(good)), tmp_path)["last_change"] is None
+    changed = {**good, "goal_changes": [{"time": 0.4, "instruction": "a"}, {"time": 1.5, "instruction": "b"}]}
+    assert ds._episode_json(SimpleNamespace(data=json.dumps(changed)), tmp_path)["last_change"] == 1.5
+    with pytest.raises(DatasetError, match=f"{tmp_path}: /episode is not the documented JSON .*{message}"):
+        ds._episode_json(SimpleNamespace(data=json.dumps({**good, "goal_changes": changes})), tmp_path)
+
+
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
 def test_bad_handover_time_is_a_clear_error(tmp_path, value):
     bag = write_demo_bag(tmp_path / "tk", ticks=10, metadata={"expert_from_s": value})

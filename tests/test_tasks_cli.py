@@ -104,6 +104,41 @@ def test_collect_bags_carry_the_goal(tmp_path, capsys):
     assert code == 2 and "unknown word 'there'" in capsys.readouterr().err
 
 
+def test_collect_change_goal_bags_every_instruction_and_trains_from_the_change(tmp_path, capsys):
+    """`collect --change-goal`: the expert re-plans; the bag carries both instructions on
+    `task` and the change in `episode`; training reads it from the change on, under the new
+    instruction, with the new block as the target."""
+    from arm_act.bags.reader import read_bag
+    from arm_act.data.dataset import extract_episode
+
+    out = tmp_path / "demos"
+    code = cli.main(["collect", "--episodes", "1", "--seed", "1000", "--blocks", "3", "--change-goal", "1.0:box",
+                     "--out", str(out), "--json"])
+    assert code == 0
+    (record,) = json.loads(capsys.readouterr().out)["episodes_detail"]
+    (change,) = record["goal_changes"]
+    assert record["success"] and change["time"] == pytest.approx(1.0)
+    bag = out / "episode_1000"
+    custom = bag_info(bag).custom_data
+    assert json.loads(custom["goal_changes"]) == [change] and custom["instruction"] == change["instruction"]
+    tasks = [(stamp, msg.data) for _, stamp, msg in read_bag(bag, ["/task"])]
+    assert len(tasks) == 2 and tasks[1][1] == change["instruction"] != tasks[0][1]
+    assert (tasks[1][0] - tasks[0][0]) * 1e-9 == pytest.approx(1.0)
+    episodes = [json.loads(msg.data) for _, _, msg in read_bag(bag, ["/episode"])]
+    assert "goal_changes" not in episodes[0] and episodes[-1]["goal_changes"] == [change]
+    episode = extract_episode(bag)
+    assert episode.instruction == change["instruction"] and episode.success
+    assert episode.frame_ticks[0] == 50 and len(episode.frame_ticks) == record["frames"] - 10  # 10 Hz frames
+    colour = parse_goal(change["instruction"]).colour
+    objects = [(stamp, msg) for _, stamp, msg in read_bag(bag, ["/objects"])]
+    first = next(m for s, m in objects if s >= tasks[1][0])
+    start = next(np.array([m.pose.position.x, m.pose.position.y]) for m in first.markers
+                 if m.ns == "block" and m.text.endswith(f"|{colour}"))
+    np.testing.assert_allclose(episode.frame_target[0, :2], start, atol=1e-3)
+    code = cli.main(["collect", "--episodes", "1", "--out", str(tmp_path / "x"), "--change-goal", "soon:box"])
+    assert code == 2 and "not a time in seconds" in capsys.readouterr().err
+
+
 def test_demo_refuses_an_instruction_without_a_goal_before_starting_nodes(capsys):
     code = cli.main(["demo", "--expert", "--no-view", "--instruction", "stack the red block"])
     assert code == 2 and "two colours" in capsys.readouterr().err

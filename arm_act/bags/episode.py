@@ -49,6 +49,7 @@ class EpisodeBagRecorder:
             "control_rate_hz": env.config.control_rate_hz, "camera_rate_hz": env.config.camera_rate_hz,
             **(metadata or {})}, compression, flush_interval_s=None)  # chunking by size: reproducible files
         self._intrinsics: dict = {}
+        self._instruction: str | None = None  # the last one written on /task
 
     @classmethod
     def for_rollout(cls, out_dir: str | os.PathLike, env, spec, *, compression: str | None = None,
@@ -66,9 +67,11 @@ class EpisodeBagRecorder:
 
     def _episode_info(self, state: str, sim_time: float, instruction: str) -> conv.EpisodeInfo:
         config = self.env.config
+        changes = tuple({"time": round(t, 6), "instruction": text} for t, text in getattr(self.env, "goal_changes", ()))
         return conv.EpisodeInfo(episode=self.spec.index, seed=self.spec.seed, n_blocks=self.spec.n_blocks,
                                 state=state, instruction=instruction, time=round(sim_time, 6), start=self.start,
-                                control_rate=config.control_rate_hz, camera_rate=config.camera_rate_hz)
+                                control_rate=config.control_rate_hz, camera_rate=config.camera_rate_hz,
+                                goal_changes=changes or None)
 
     def _write_state(self, seconds: float, stamp: int, joint_state, objects) -> None:
         write = self.writer.write
@@ -81,9 +84,10 @@ class EpisodeBagRecorder:
         """run_episode's on_tick callback: the tick's messages, as sim_node and the controller publish them."""
         seconds, stamp = self._stamp(obs.time)
         write = self.writer.write
-        if self.ticks == 0:
+        if obs.instruction != self._instruction:  # the episode's first, and each goal change (as sim_node)
             write("/task", stamp, conv.task_msg(obs.instruction))
             write("/episode", stamp, conv.episode_msg(self._episode_info("running", obs.time, obs.instruction)))
+            self._instruction = obs.instruction
         if obs.images:
             self.frames += 1
             for name, rgb in obs.images.items():

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from arm_act.cli.eval import add_task_arguments
+from arm_act.cli.eval import add_change_goal_argument, add_task_arguments
 from arm_act.cli.main import CommandError
 from arm_act.common.episodes import parse_blocks
 from arm_act.common.progress import progress_bar
@@ -39,6 +39,7 @@ def configure(parser) -> None:
                              "(lighting, camera, size, distractors, crowded, push): domain randomisation; "
                              "use seeds apart from the robustness evaluation's (400000+)")
     add_task_arguments(parser)
+    add_change_goal_argument(parser)
     parser.add_argument("--control-rate", type=int, default=50, help="Hz")
     parser.add_argument("--camera-rate", type=int, default=10, help="Hz")
     parser.add_argument("--compression", choices=("none", "zstd"), default="none", help="MCAP chunk compression")
@@ -84,7 +85,7 @@ def run(args) -> int:
             compression=None if args.compression == "none" else args.compression, policy=args.policy,
             handover=None if args.handover is None else _parse_handover(args.handover),
             latency_ticks=args.latency_ticks, assist=args.assist, world=args.world, task=args.task,
-            instruction=args.instruction)
+            instruction=args.instruction, change_goal=args.change_goal)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     with progress_bar(args.episodes, "collect", unit="ep") as bar:

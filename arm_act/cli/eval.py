@@ -46,10 +46,7 @@ def configure(parser) -> None:
                         help="the words of each episode's goal: its canonical sentence, one of the training "
                              "sentences, or one of the held-out sentences training never sees (drawn per episode "
                              "from its seed; docs/tasks.md)")
-    parser.add_argument("--change-goal", metavar="AT_S:TO",
-                        help="change the goal inside every in-process episode at AT_S sim seconds: TO is box "
-                             "(another block into the box), stack (the named block onto another), relation, or an "
-                             "instruction; success then means the new goal (docs/tasks.md)")
+    add_change_goal_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--over-ros", action="store_true",
@@ -88,6 +85,14 @@ def add_task_arguments(parser) -> None:
                         help="the same instruction for every episode instead of the task's (any phrasing the "
                              "parser understands); an episode whose blocks do not fit it stops the run with the "
                              "reason")
+
+
+def add_change_goal_argument(parser) -> None:
+    """--change-goal AT_S:TO: the same option on eval and collect (sim.goal_change.GoalChange)."""
+    parser.add_argument("--change-goal", metavar="AT_S:TO",
+                        help="change the goal inside every in-process episode at AT_S sim seconds: TO is box "
+                             "(another block into the box), stack (the named block onto another), relation, or an "
+                             "instruction; success then means the new goal (docs/tasks.md)")
 
 
 def settings_for(args) -> tuple[dict, str | None]:

@@ -113,6 +113,10 @@ class CollectConfig:
     instruction: str | None = None
     """The same instruction for every episode instead of the task's (an episode whose blocks
     do not fit it stops the run with the reason)."""
+    change_goal: str | None = None
+    """"AT_S:TO": the goal changes inside every episode (sim.goal_change.GoalChange, as `arm-act
+    eval --change-goal`); the expert re-plans, and training reads such a bag from the change on
+    (arm_act.data.dataset), the frames where the arm turns to the new goal."""
 
     def __post_init__(self):
         from arm_act.sim import ExpertConfig
@@ -127,6 +131,7 @@ class CollectConfig:
             raise ValueError(f"task={self.task!r} must be one of {', '.join(TASKS)}")
         if self.instruction is not None:
             parse_goal_or_raise(self.instruction)  # ... and for words that give no goal at all
+        self.goal_change()  # ValueError for a bad AT_S:TO
         if not self.plain_task and self.world == "crowded":
             raise ValueError("world='crowded' repeats colours; it runs the box task only")
         if self.compression not in COMPRESSIONS:
@@ -167,7 +172,13 @@ class CollectConfig:
     @property
     def plain_task(self) -> bool:
         """The box task in its own words: bags and records exactly as before task families."""
-        return self.task == "box" and self.instruction is None
+        return self.task == "box" and self.instruction is None and self.change_goal is None
+
+    def goal_change(self):
+        """The sim.goal_change.GoalChange of change_goal (None without one)."""
+        from arm_act.sim.goal_change import GoalChange
+
+        return GoalChange.optional(self.change_goal)
 
     def world_perturbation(self):
         """The perturbation config of `world`, None without one; ValueError for an unknown name."""
@@ -321,7 +332,7 @@ class CollectionWorker:
 
         self.config = config
         self.env = ArmEnv(config.sim_config(), perturbation=config.world_perturbation(), task=config.task,
-                          instruction=config.instruction)
+                          instruction=config.instruction, goal_change=config.goal_change())
         self.runtime = None
         try:
             if config.policy is not None:
@@ -396,6 +407,10 @@ class CollectionWorker:
             final["goal"] = json.dumps(env.goal.to_dict(), sort_keys=True)
             final["family"] = env.goal.family
             record["family"] = env.goal.family
+        if config.change_goal is not None:
+            changes = [{"time": round(t, 6), "instruction": text} for t, text in env.goal_changes]
+            final["goal_changes"] = json.dumps(changes)
+            record["goal_changes"] = changes
         drawn = env.perturbation_info()
         if drawn is not None:
             final["world_drawn"] = json.dumps(drawn, sort_keys=True)

@@ -151,9 +151,23 @@ def _episode_json(msg, bag: Path) -> dict:
                 "control_rate": int(data.get("control_rate", 50)),
                 "camera_rate": int(data.get("camera_rate", 10)),
                 "seed": int(data.get("seed", -1)), "n_blocks": int(data.get("n_blocks", -1)),
-                "instruction": str(data.get("instruction", ""))}
+                "instruction": str(data.get("instruction", "")),
+                "last_change": _last_goal_change(data.get("goal_changes"))}
     except (ValueError, KeyError, TypeError) as exc:
         raise DatasetError(f"{bag}: {EPISODE_TOPIC} is not the documented JSON ({exc})") from None
+
+
+def _last_goal_change(changes) -> float | None:
+    """The sim time (s) of the last of EpisodeInfo.goal_changes, None without any; ValueError
+    for a list that is not [{"time": finite s >= 0, "instruction": text}, ...]."""
+    if not changes:
+        return None
+    if not isinstance(changes, list):
+        raise ValueError(f"goal_changes {changes!r:.60} is not a list")
+    times = [float(change["time"]) for change in changes]
+    if not all(math.isfinite(t) and t >= 0 for t in times):
+        raise ValueError(f"goal_changes times {times} must be finite and >= 0")
+    return max(times)
 
 
 def _command_series(stamps: list[int], values: list[np.ndarray], ticks_ns: np.ndarray,
@@ -386,10 +400,10 @@ def _extract(bag: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays, _BagCo
     outcome = _outcome(info.custom_data, contents, bag)
     frame_target = _frame_targets(contents.objects, stamps, _moved_colour(info.custom_data, outcome.instruction))
     success, status = outcome.success, outcome.status
-    if "expert_from_s" in info.custom_data:  # a takeover bag: only the expert's part is a demonstration
-        images, frame_state, frame_target, frame_ticks, success, status = _expert_part(
-            info.custom_data["expert_from_s"], clock.rate, bag, images, frame_state, frame_target, frame_ticks,
-            success, status)
+    start = _demonstrated_from(info.custom_data, contents.episodes[-1]["last_change"], bag)
+    if start is not None:
+        images, frame_state, frame_target, frame_ticks, success, status = _frames_from(
+            start, clock.rate, images, frame_state, frame_target, frame_ticks, success, status)
     episode = EpisodeArrays(
         bag=str(bag), instruction=outcome.instruction, success=success, status=status,
         seed=outcome.seed, n_blocks=outcome.n_blocks, control_rate=clock.rate, camera_rate=first["camera_rate"],
@@ -398,21 +412,36 @@ def _extract(bag: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays, _BagCo
     return episode, contents, clock
 
 
-def _expert_part(expert_from: str, rate: int, bag: Path, images, frame_state, frame_target, frame_ticks,
-                 success: bool, status: str):
-    """The frames from the tick the expert took over (custom_data expert_from_s, sim
-    seconds; "none" when the policy ended the episode before the handover: then the bag
-    demonstrates nothing and counts as not successful)."""
+def _demonstrated_from(custom: dict, last_change: float | None, bag: Path) -> float | str | None:
+    """Where the bag's demonstration starts (sim s), None for all of it:
+    - a takeover bag: from the tick the expert took over (custom_data expert_from_s; "none"
+      when the policy ended the episode before the handover: it demonstrates nothing);
+    - a bag whose goal changed: from the last change, since the frames before it show the
+      arm working for a goal the episode's instruction no longer names.
+    The later of the two when both apply."""
+    expert_from = custom.get("expert_from_s")
     if expert_from == "none":
+        return "none"
+    starts = [] if last_change is None else [last_change]
+    if expert_from is not None:
+        try:
+            seconds = float(expert_from)
+        except ValueError:
+            raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} is not a number or "
+                               "'none'") from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} must be >= 0")
+        starts.append(seconds)
+    return max(starts) if starts else None
+
+
+def _frames_from(start: float | str, rate: int, images, frame_state, frame_target, frame_ticks,
+                 success: bool, status: str):
+    """The frames from sim time `start` (_demonstrated_from) on; none left: the bag
+    demonstrates nothing and counts as not successful."""
+    if start == "none":
         return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (policy only)"
-    try:
-        seconds = float(expert_from)
-    except ValueError:
-        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} is not a number or "
-                           "'none'") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise DatasetError(f"{bag}: custom_data expert_from_s={expert_from!r} must be >= 0")
-    keep = frame_ticks >= int(round(seconds * rate))
+    keep = frame_ticks >= int(round(start * rate))
     if not keep.any():
         return images[:0], frame_state[:0], frame_target[:0], frame_ticks[:0], False, f"{status} (no expert frames)"
     return images[keep], frame_state[keep], frame_target[keep], frame_ticks[keep], success, status

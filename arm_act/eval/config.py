@@ -134,11 +134,9 @@ class EvalConfig:
 
     def goal_change(self):
         """The sim.goal_change.GoalChange of change_goal (None without one)."""
-        if self.change_goal is None:
-            return None
         from arm_act.sim.goal_change import GoalChange
 
-        return GoalChange.parse(self.change_goal)
+        return GoalChange.optional(self.change_goal)
 
     def make_env(self):
         from arm_act.sim import ArmEnv
