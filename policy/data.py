@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ import torch
 from arm_act.policy.colour import channel_medians
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.normalizer import Normalizer
-from arm_act.policy.vocab import InstructionTokenizer, split_words
+from arm_act.policy.vocab import UNK_ID, InstructionTokenizer, split_words
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,8 @@ class ChunkDataset:
     """
 
     def __init__(self, episodes: Sequence, config: PolicyConfig, normalizer: Normalizer,
-                 hold_after_end: bool = False, phrasings: Callable[[str], Sequence[str]] | None = None):
+                 hold_after_end: bool = False, phrasings: Callable[[str], Sequence[str]] | None = None,
+                 word_dropout: float = 0.0, function_words: Collection[str] = ()):
         """hold_after_end: supervise the padding too, i.e. teach "after the end, hold the
         last command". Our episodes end the moment the task succeeds (block in the box,
         gripper open), so without it the chunk indices past a release are never supervised
@@ -253,7 +254,11 @@ class ChunkDataset:
         episode's own among them), so one demonstration teaches every wording; unaugmented
         batches (validation) keep the episode's own. ValueError when a sentence has a word
         outside the vocabulary or more words than the instruction tokens hold: the policy
-        would be trained on <unk> or on a truncated goal."""
+        would be trained on <unk> or on a truncated goal.
+
+        word_dropout: in an augmented batch, each token of a word in `function_words` (the
+        vocabulary's words that carry no part of the goal) becomes <unk> with this
+        probability (TrainConfig.word_dropout)."""
         if not episodes:
             raise ValueError("a ChunkDataset needs at least one episode")
         for i, episode in enumerate(episodes):
@@ -310,6 +315,12 @@ class ChunkDataset:
         self.instruction_ids = ids.reshape(len(episodes), widest, -1)  # (E, P, L): P sentences per episode
         self.instruction_mask = mask.reshape(len(episodes), widest, -1)
         self.n_phrasings = torch.tensor([len(p) for p in sentences])  # (E,)
+        self.word_dropout = float(word_dropout)
+        if self.word_dropout > 0 and not function_words:
+            raise ValueError("word_dropout needs the function words that may be dropped")
+        words = set(function_words)
+        self.droppable = torch.tensor([w in words for w in config.vocab])  # (V,) bool
+        self.unk_id = UNK_ID
 
     def __len__(self) -> int:
         return int(self.episode_of.shape[0])
@@ -366,10 +377,14 @@ class ChunkDataset:
         phrasing = torch.zeros_like(episode)  # the episode's own sentence
         if augment and self.instruction_ids.shape[1] > 1:  # drawn only with phrasings: other runs keep their stream
             phrasing = (torch.rand(len(episode), generator=generator) * self.n_phrasings[episode]).long()
+        ids = self.instruction_ids[episode, phrasing]  # (B, L)
+        if augment and self.word_dropout > 0:  # drawn only with dropout: other runs keep their stream
+            drop = self.droppable[ids] & (torch.rand(ids.shape, generator=generator) < self.word_dropout)
+            ids = ids.masked_fill(drop, self.unk_id)
         return {
             "images": images,
             "state": self.state[index],  # (B, S)
-            "instruction_ids": self.instruction_ids[episode, phrasing],  # (B, L)
+            "instruction_ids": ids,  # (B, L)
             "instruction_mask": self.instruction_mask[episode, phrasing],  # (B, L)
             "actions": self.commands[torch.minimum(tick, end - 1)],  # (B, K, A)
             "action_mask": ((tick < end) | self.hold_after_end) & self.has_actions[index, None],  # (B, K)

@@ -31,7 +31,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -670,11 +670,14 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
           data_info: Mapping[str, Any] | None = None, stop_after: int | None = None,
           grounding: Sequence = (), device: str = "auto", precision: str = "auto",
           prefetch: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-          sync_every: int | None = None, phrasings: Callable[[str], Sequence[str]] | None = None) -> dict[str, Any]:
+          sync_every: int | None = None, phrasings: Callable[[str], Sequence[str]] | None = None,
+          function_words: Collection[str] = ()) -> dict[str, Any]:
     """Train on `episodes` (objects as policy.data describes) into the checkpoint out_dir.
 
     phrasings: instruction -> the sentences of its goal, which TrainConfig.paraphrase draws
     from (policy.data.ChunkDataset; arm_act.common.instructions.training_phrasings_of).
+    function_words: the words TrainConfig.word_dropout may replace by <unk>
+    (arm_act.common.instructions.FUNCTION_WORDS).
 
     grounding: frames without actions (has_actions=False, e.g. arm_act.data.grounding) that train
     only the target head; val_fraction of them (at least one) is held out and reported as
@@ -748,7 +751,8 @@ def train(episodes: Sequence, policy_config: PolicyConfig, train_config: TrainCo
         if tcfg.paraphrase and phrasings is None:
             raise ValueError("paraphrase needs the phrasings of each goal (train(..., phrasings=...))")
         train_set = ChunkDataset(train_eps + [grounding[i] for i in ground_train], cfg, normalizer, hold,
-                                 phrasings=phrasings if tcfg.paraphrase else None)
+                                 phrasings=phrasings if tcfg.paraphrase else None,
+                                 word_dropout=tcfg.word_dropout, function_words=function_words)
         val_set = ChunkDataset([episodes[i] for i in val_ids], cfg, normalizer, hold) if val_ids else None
         ground_val_set = (ChunkDataset([grounding[i] for i in ground_val], cfg, normalizer)
                           if ground_val else None)

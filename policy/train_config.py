@@ -54,6 +54,11 @@ class TrainConfig:
     # sample of an augmented batch reads one of them at random (policy.data.ChunkDataset).
     # Needs a vocabulary and instruction-token budget that hold them (config/train_families.json).
     paraphrase: bool = False
+    # Word dropout: in an augmented batch each function word of an instruction (one that names
+    # no colour, family, place or relation: the, block, put, of, ...) becomes <unk> with this
+    # probability, so the network reads the goal from the words that carry it, as it must for
+    # a sentence whose other words it never saw (held-out phrasings map those to <unk>).
+    word_dropout: float = 0.0
     # Fine-tuning: start from this checkpoint's weights and normalization statistics (its
     # policy config must equal this run's) instead of a fresh initialisation; "" = none.
     init_from: str = ""
@@ -88,6 +93,9 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or not low <= value <= high:
                 raise ValueError(f"{name}={value!r} must be a number in [{low}, {high}]")
+        if (isinstance(self.word_dropout, bool) or not isinstance(self.word_dropout, (int, float))
+                or not 0.0 <= self.word_dropout < 1.0):
+            raise ValueError(f"word_dropout={self.word_dropout!r} must be a number in [0, 1)")
         if self.lr <= 0:
             raise ValueError(f"lr={self.lr!r} must be > 0")
         if self.val_fraction >= 1.0:

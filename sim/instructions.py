@@ -193,6 +193,9 @@ _BOX = frozenset({"box"})
 _ON = frozenset({"on", "onto", "top"})
 _RELATION_WORD = {"left": "left", "right": "right", "front": "front", "behind": "behind"}
 KNOWN_WORDS = frozenset(_FILLER | _BOX | _ON | set(_RELATION_WORD) | set(COLOURS))
+FUNCTION_WORDS = frozenset(_FILLER - {"stack"})
+"""Words that name no colour, family, place or relation: the parser skips them ("stack"
+names the stack family), so a sentence asks for the same goal with any of them unread."""
 _PUNCTUATION = ".,!?;:"
 
 

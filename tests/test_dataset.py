@@ -94,6 +94,41 @@ def test_paraphrased_batches_draw_every_training_phrasing_of_the_goal(tmp_path):
     assert {tokenizer.decode(row) for row in plain["instruction_ids"].tolist()} == {ep.instruction}
 
 
+def test_word_dropout_hides_only_the_words_that_carry_no_goal(tmp_path):
+    """TrainConfig.word_dropout: augmented batches turn function words into <unk> at about
+    the rate asked; colours and the words of place and family are never touched, validation
+    batches never, and without dropout the batches (and their random stream) are as before."""
+    from arm_act.common.instructions import FUNCTION_WORDS, family_vocab, longest_instruction
+    from arm_act.policy.vocab import UNK_ID, InstructionTokenizer
+    from arm_act.sim.instructions import parse_goal
+
+    text = "stack the red block on top of the green one"
+    ep = extract_episode(write_demo_bag(tmp_path / "ep", instruction=text))
+    config = PolicyConfig(**TINY, vocab=family_vocab(), max_instruction_tokens=longest_instruction())
+    normalizer = fit_normalizer([ep])
+    tokenizer = InstructionTokenizer(config.vocab, config.max_instruction_tokens)
+    own, _ = tokenizer.encode(text)
+    function = torch.tensor([config.vocab[i] in FUNCTION_WORDS for i in own])
+    dropped = ChunkDataset([ep], config, normalizer, word_dropout=0.3, function_words=FUNCTION_WORDS)
+    ids = dropped.batch(torch.zeros(2000, dtype=torch.long), torch.Generator().manual_seed(0), augment=True)[
+        "instruction_ids"]
+    unk = ids == UNK_ID
+    assert not unk[:, ~function].any()  # red, green, stack, on, top and the padding: always read
+    assert abs(unk[:, function].float().mean().item() - 0.3) < 0.02
+    for row in ids[:50].tolist():  # every dropped sentence still asks for the same goal
+        assert parse_goal(" ".join(w for w in tokenizer.decode(row).split() if w != "<unk>")) == parse_goal(text)
+    np.testing.assert_array_equal(dropped.batch(torch.zeros(4, dtype=torch.long))["instruction_ids"],
+                                  np.tile(own, (4, 1)))  # validation: no dropout
+    plain = ChunkDataset([ep], config, normalizer)
+    a, b = (d.batch(torch.arange(3), torch.Generator().manual_seed(1), augment=True) for d in (plain, dropped))
+    torch.testing.assert_close(a["images"], b["images"])  # dropout draws after the images
+    with pytest.raises(ValueError, match="function words"):
+        ChunkDataset([ep], config, normalizer, word_dropout=0.3)
+    for bad in (1.0, -0.1, True, float("nan"), "0.2"):
+        with pytest.raises(ValueError, match="word_dropout"):
+            TrainConfig(word_dropout=bad)
+
+
 def test_target_pixels_map_to_row_major_patches():
     from arm_act.policy.data import target_patches
 

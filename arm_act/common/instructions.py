@@ -8,7 +8,9 @@ themselves are arm_act.sim.instructions' (pure Python, no PyBullet).
 from __future__ import annotations
 
 from arm_act.policy.vocab import build_vocab, default_vocab
-from arm_act.sim.instructions import all_goals, instructions_for, parse_goal, training_sentences
+from arm_act.sim.instructions import FUNCTION_WORDS, all_goals, instructions_for, parse_goal, training_sentences
+
+__all__ = ["FUNCTION_WORDS", "family_vocab", "longest_instruction", "training_phrasings_of"]
 
 
 def family_vocab() -> tuple[str, ...]:

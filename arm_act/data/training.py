@@ -142,10 +142,10 @@ def train_from_bags(dirs: Sequence[str | os.PathLike], out: Path, cache: Path, p
     """prepare_training_data, then arm_act.policy.train.train into the checkpoint directory
     `out` (train_options: resume, progress, device, precision, timeout_s) -> (its metrics,
     the data). Raises DatasetError, ValueError (see prepare_training_data) and TrainingError."""
-    from arm_act.common.instructions import training_phrasings_of
+    from arm_act.common.instructions import FUNCTION_WORDS, training_phrasings_of
     from arm_act.policy.train import train
 
     data = prepare_training_data(dirs, cache, policy_config, train_config)
     metrics = train(data.demos, policy_config, train_config, out, data_info=data.info, grounding=data.grounding,
-                    phrasings=training_phrasings_of, **train_options)
+                    phrasings=training_phrasings_of, function_words=FUNCTION_WORDS, **train_options)
     return metrics, data

@@ -81,6 +81,16 @@ def _spec_params(spec) -> dict:
             if k not in _ADDED_DEFAULTS or v != _ADDED_DEFAULTS[k]}
 
 
+# TrainConfig fields added after runs were made, with the value that means "as before".
+_ADDED_TRAIN_DEFAULTS = {"word_dropout": 0.0}
+
+
+def _train_params(train_config) -> dict:
+    """A round's TrainConfig for its digest, the added fields only when not at their default."""
+    return {k: v for k, v in train_config.to_dict().items()
+            if k not in _ADDED_TRAIN_DEFAULTS or v != _ADDED_TRAIN_DEFAULTS[k]}
+
+
 def _digest(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -175,7 +185,7 @@ class Pipeline:
             data = [*data, self.data_dir(rnd.name)]
             train_config = c.train_config(rnd.train, init_from=str(previous))
             add(f"train_{rnd.name}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
-                                      "train": train_config.to_dict()}, self.checkpoint_dir(rnd.name),
+                                      "train": _train_params(train_config)}, self.checkpoint_dir(rnd.name),
                 lambda r=rnd, d=list(data), t=train_config: self._train(r.name, d, t))
             previous = self.checkpoint_dir(rnd.name)
         final = self.final_checkpoint

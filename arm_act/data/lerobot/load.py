@@ -284,10 +284,10 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
 def train_from_datasets(dirs: Sequence[str | os.PathLike], out: Path, cache: Path, policy_config, train_config,
                         **train_options):
     """arm_act.data.training.train_from_bags over LeRobot datasets and bags -> (metrics, data)."""
-    from arm_act.common.instructions import training_phrasings_of
+    from arm_act.common.instructions import FUNCTION_WORDS, training_phrasings_of
     from arm_act.policy.train import train
 
     data = prepare_training_data(dirs, cache, policy_config, train_config)
     metrics = train(data.demos, policy_config, train_config, out, data_info=data.info, grounding=data.grounding,
-                    phrasings=training_phrasings_of, **train_options)
+                    phrasings=training_phrasings_of, function_words=FUNCTION_WORDS, **train_options)
     return metrics, data
