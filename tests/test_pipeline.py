@@ -236,6 +236,33 @@ def test_a_recipe_can_name_task_families_and_start_from_a_checkpoint(tmp_path):
 
 
 @pytest.mark.unit
+def test_demos_rounds_and_evaluations_can_change_the_goal(tmp_path):
+    """change_goal: collected and evaluated as `arm-act collect|eval --change-goal`; a round's
+    word dropout goes into its digest only when set (old runs keep theirs)."""
+    from arm_act.pipeline.report import _task_cell
+
+    recipe = {**TINY, "demos": [{"name": "gc", "episodes": 1, "seed": 670000, "change_goal": "0.5:box"}],
+              "rounds": [{**TINY["rounds"][0], "change_goal": " 1:stack ", "train": {"word_dropout": 0.15}}],
+              "evals": [{"name": "gc", "episodes": 1, "seed": 1000, "change_goal": "0.5:box"}]}
+    config = from_dict(recipe, ROOT / "config")
+    assert (config.demos[0].change_goal, config.rounds[0].change_goal, config.evals[0].change_goal) == (
+        "0.5:box", "1:stack", "0.5:box")
+    stages = {s.name: s.params for s in Pipeline(config, tmp_path / "run").stages}
+    assert stages["collect_gc"]["change_goal"] == "0.5:box" and stages["eval_gc"]["change_goal"] == "0.5:box"
+    assert stages["train_takeover"]["train"]["word_dropout"] == 0.15
+    plain = {s.name: s.params for s in Pipeline(from_dict(TINY, ROOT / "config"), tmp_path / "old").stages}
+    assert "change_goal" not in plain["collect_plain"] and "word_dropout" not in plain["train_takeover"]["train"]
+    for where, text, message in [("demos", "soon", "not AT_S:TO"), ("evals", "1:put it there", "unknown word"),
+                                 ("rounds", "-1:box", "finite number")]:
+        bad = {**recipe, where: [{**recipe[where][0], "change_goal": text}]}
+        with pytest.raises(PipelineConfigError, match=rf"{where}\[0\]\.change_goal: .*{message}"):
+            from_dict(bad, ROOT / "config")
+    result = {"goal_change": {"change": "0.5:box", "reached_new_goal": 7, "episodes_changed": 9}}
+    assert _task_cell({"task": "stack"}, result) == "; task stack; goal change 0.5:box: 7/9 reached the new goal"
+    assert _task_cell({}, {}) == ""
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("word", ["miss", "grasp", "push"])
 def test_a_round_can_hand_over_at_a_missed_grasp_at_the_grasp_or_after_the_push(word):
     rounds = [{"name": "regrasp", "episodes": 1, "seed": 320000, "handover": word, "world": "push"}]

@@ -26,8 +26,9 @@
     eval_assist: false                # evaluations with policy_node's hand-written assist
 
 Demo sets, rounds and evaluations take `task` (box | stack | relation | mix: the goal family
-of their episodes, docs/tasks.md; default box), evaluations also `phrasing` (canonical |
-training | held-out).
+of their episodes, docs/tasks.md; default box) and `change_goal` ("AT_S:TO": the goal changes
+inside every episode, as `arm-act collect|eval --change-goal`), evaluations also `phrasing`
+(canonical | training | held-out).
 
 Names become directory names under the run's out directory, so they are identifiers.
 """
@@ -89,6 +90,7 @@ class DemoSet:
     perturb: float = 0.0
     world: str | None = None  # a world perturbation (domain randomisation), arm_act.data.collect.CollectConfig.world
     task: str = "box"  # the goal family of its episodes (arm_act.sim.instructions.TASKS)
+    change_goal: str | None = None  # "AT_S:TO", a goal change inside every episode (sim.goal_change)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class TakeoverRound:
     latency_ticks: int = 1
     world: str | None = None  # the world the round's episodes run in (as DemoSet.world)
     task: str = "box"  # as DemoSet.task
+    change_goal: str | None = None  # as DemoSet.change_goal
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class EvalSpec:
     time_limit: float = 20.0
     task: str = "box"  # as DemoSet.task
     phrasing: str = "canonical"  # the words of each goal (arm_act.sim.instructions.PHRASINGS)
+    change_goal: str | None = None  # as DemoSet.change_goal; success then means the new goal
 
 
 @dataclass(frozen=True)
@@ -180,14 +184,27 @@ def _demo_sets(raw: Any) -> list[DemoSet]:
         raise PipelineConfigError("demos: a list of at least one demonstration set is needed")
     demos = []
     for i, d in enumerate(raw):
-        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world", "task"})
+        d = _only(f"demos[{i}]", d, {"name", "episodes", "seed", "perturb", "world", "task", "change_goal"})
         perturb = d.get("perturb", 0.0)
         if isinstance(perturb, bool) or not isinstance(perturb, (int, float)) or not 0 <= perturb <= 1:
             raise PipelineConfigError(f"demos[{i}].perturb={perturb!r} must be in [0, 1]")
         demos.append(DemoSet(_name(f"demos[{i}]", d.get("name")), _int(f"demos[{i}].episodes", d.get("episodes"), 1),
                              _int(f"demos[{i}].seed", d.get("seed"), 0), float(perturb),
-                             _world(f"demos[{i}]", d.get("world")), _task(f"demos[{i}]", d.get("task", "box"))))
+                             _world(f"demos[{i}]", d.get("world")), _task(f"demos[{i}]", d.get("task", "box")),
+                             _change_goal(f"demos[{i}]", d.get("change_goal"))))
     return demos
+
+
+def _change_goal(where: str, text: Any) -> str | None:
+    """A goal change "AT_S:TO" (arm_act.sim.goal_change.GoalChange), or None."""
+    if text is None:
+        return None
+    from arm_act.sim.goal_change import GoalChange
+
+    try:
+        return str(GoalChange.parse(str(text)))
+    except ValueError as exc:
+        raise PipelineConfigError(f"{where}.change_goal: {exc}") from None
 
 
 def _task(where: str, task: Any) -> str:
@@ -214,7 +231,8 @@ def _eval_specs(raw: list) -> list[EvalSpec]:
     """The recipe's `evals` list, each evaluation checked."""
     evals = []
     for i, e in enumerate(raw):
-        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit", "task", "phrasing"})
+        e = _only(f"evals[{i}]", e, {"name", "episodes", "seed", "blocks", "time_limit", "task", "phrasing",
+                                     "change_goal"})
         from arm_act.sim.instructions import PHRASINGS
 
         phrasing = e.get("phrasing", "canonical")
@@ -225,7 +243,8 @@ def _eval_specs(raw: list) -> list[EvalSpec]:
                               _int(f"evals[{i}].seed", e.get("seed"), 0),
                               _blocks(f"evals[{i}]", e.get("blocks", "2-5")),
                               _time_limit(f"evals[{i}]", e.get("time_limit", 20.0)),
-                              _task(f"evals[{i}]", e.get("task", "box")), str(phrasing)))
+                              _task(f"evals[{i}]", e.get("task", "box")), str(phrasing),
+                              _change_goal(f"evals[{i}]", e.get("change_goal"))))
     return evals
 
 
@@ -268,7 +287,7 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
     rounds = []
     for i, r in enumerate(top.get("rounds", []) or []):
         r = _only(f"rounds[{i}]", r, {"name", "episodes", "seed", "handover", "train", "latency_ticks", "world",
-                                      "task"})
+                                      "task", "change_goal"})
         handover = r.get("handover")
         if handover in HANDOVER_WORDS:  # the grasp closed on nothing / starts to close / after the push
             pass
@@ -288,7 +307,8 @@ def from_dict(data: dict, base_dir: Path, source: str = "") -> PipelineConfig:
                                     handover, dict(overrides),
                                     _int(f"rounds[{i}].latency_ticks", r.get("latency_ticks", 1), 0),
                                     _world(f"rounds[{i}]", r.get("world")),
-                                    _task(f"rounds[{i}]", r.get("task", "box"))))
+                                    _task(f"rounds[{i}]", r.get("task", "box")),
+                                    _change_goal(f"rounds[{i}]", r.get("change_goal"))))
     evals = _eval_specs(top.get("evals", []) or [])
     robustness = None
     if top.get("robustness"):

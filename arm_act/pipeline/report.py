@@ -78,6 +78,16 @@ def _grasp_cell(result: dict) -> str:
             f"{g['closed_on_nothing']} closed on nothing")
 
 
+def _task_cell(params: dict, result: dict) -> str:
+    """An evaluation's family, words and goal change, where they are not the plain box task's."""
+    parts = [f"{key} {params[key]}" for key in ("task", "phrasing") if key in params]  # absent at the default
+    change = result.get("goal_change")
+    if change:
+        parts.append(f"goal change {change['change']}: {change['reached_new_goal']}/{change['episodes_changed']} "
+                     "reached the new goal")
+    return "".join(f"; {p}" for p in parts)
+
+
 def write_report(out: Path, manifests: list[dict], config) -> dict:
     """Write out/report.md and out/report/ (plots, the trainings' loss curves). -> what it wrote."""
     plots = out / "report"
@@ -108,7 +118,7 @@ def write_report(out: Path, manifests: list[dict], config) -> dict:
         elif kind == "eval":
             assist = "on" if m["params"].get("assist") else "off"
             what = (_rate(result) + f", {m['params']['blocks']} blocks from seed {m['params']['seed']}, "
-                    f"assist {assist}" + _grasp_cell(result))
+                    f"assist {assist}" + _task_cell(m["params"], result) + _grasp_cell(result))
             if (result.get("grasp_precision") or {}).get("xy_cm_p50") is not None:
                 grasps.append((m["stage"].removeprefix("eval_"), result["grasp_precision"]))
             regrasp = result.get("regrasp")

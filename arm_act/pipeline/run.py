@@ -71,7 +71,7 @@ class Stage:
 
 
 # Fields added to the recipe's specs after runs were made, with the value that means "as before".
-_ADDED_DEFAULTS = {"world": None, "task": "box", "phrasing": "canonical"}
+_ADDED_DEFAULTS = {"world": None, "task": "box", "phrasing": "canonical", "change_goal": None}
 
 
 def _spec_params(spec) -> dict:
@@ -168,7 +168,8 @@ class Pipeline:
         for demo in c.demos:
             add(f"collect_{demo.name}", {"kind": "collect", **_spec_params(demo), "blocks": c.blocks},
                 self.data_dir(demo.name),
-                lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world, task=d.task))
+                lambda d=demo: self._collect(d.name, d.episodes, d.seed, d.perturb, world=d.world, task=d.task,
+                                             change_goal=d.change_goal))
         data = [self.data_dir(d.name) for d in c.demos]
         stage1 = {"kind": "train", "data": [str(p) for p in data], "policy": c.policy, "train": c.train}
         if c.init:
@@ -181,7 +182,7 @@ class Pipeline:
                                         "policy": str(previous)},
                 self.data_dir(rnd.name), lambda r=rnd, p=previous: self._collect(
                     r.name, r.episodes, r.seed, 0.0, policy=p, handover=r.handover, latency_ticks=r.latency_ticks,
-                    world=r.world, task=r.task))
+                    world=r.world, task=r.task, change_goal=r.change_goal))
             data = [*data, self.data_dir(rnd.name)]
             train_config = c.train_config(rnd.train, init_from=str(previous))
             add(f"train_{rnd.name}", {"kind": "train", "data": [str(p) for p in data], "policy": c.policy,
@@ -296,7 +297,7 @@ class Pipeline:
     # --- the stages ----------------------------------------------------------------------
     def _collect(self, name: str, episodes: int, seed: int, perturb: float, policy: Path | None = None,
                  handover: tuple[float, float] | str | None = None, latency_ticks: int | None = None,
-                 world: str | None = None, task: str = "box") -> dict:
+                 world: str | None = None, task: str = "box", change_goal: str | None = None) -> dict:
         from arm_act.common.episodes import parse_blocks
         from arm_act.common.ray_pool import RayPoolError
         from arm_act.data.collect import CollectConfig, CollectError, collect
@@ -304,7 +305,7 @@ class Pipeline:
 
         config = CollectConfig(out=self.data_dir(name), perturb=perturb, policy=policy, handover=handover,
                                latency_ticks=latency_ticks if policy is not None else None, world=world,
-                               task=task)
+                               task=task, change_goal=change_goal)
         on_record = _every_tenth(episodes, lambda n, _successes: logger.info("collect %s: %d episodes this run",
                                                                               name, n))
         try:
@@ -375,7 +376,7 @@ class Pipeline:
                                 f"with status {status}")
 
     def _eval_config(self, episodes: int, seed: int, blocks: str, time_limit: float, task: str = "box",
-                     phrasing: str = "canonical"):
+                     phrasing: str = "canonical", change_goal: str | None = None):
         from arm_act.eval.evaluate import EvalConfig
         from arm_act.eval.in_process import PolicySettings
 
@@ -385,7 +386,8 @@ class Pipeline:
                                   device=eval_device, assist=self.config.eval_assist)
         return EvalConfig(policy=self.final_checkpoint, episodes=episodes, seed=seed, blocks=blocks,
                           time_limit=time_limit, settings=settings, ray=self.options.ray,
-                          workers=1 if self.options.ray else self.config.workers, task=task, phrasing=phrasing)
+                          workers=1 if self.options.ray else self.config.workers, task=task, phrasing=phrasing,
+                          change_goal=change_goal)
 
     def _eval(self, spec) -> dict:
         from arm_act.eval.evaluate import evaluate
@@ -394,7 +396,7 @@ class Pipeline:
                                                                           spec.name, n, spec.episodes, ok))
         with _one_line(f"eval {spec.name}"):
             summary = evaluate(self._eval_config(spec.episodes, spec.seed, spec.blocks, spec.time_limit, spec.task,
-                                                 spec.phrasing), on_record=progress)
+                                                 spec.phrasing, spec.change_goal), on_record=progress)
         _write_json(self.out / "evals" / f"{spec.name}.json", summary)
         return {k: v for k, v in summary.items() if k != "results"}
 
