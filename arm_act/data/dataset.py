@@ -37,7 +37,7 @@ from arm_act.sim.robot import JOINT_NAMES
 logger = logging.getLogger(__name__)
 
 # Bump when extract_episode's output changes meaning, so old cache files are rebuilt.
-CACHE_VERSION = 3  # 2: frame_target; 3: the moved block of any task family
+CACHE_VERSION = 4  # 2: frame_target; 3: the moved block of any task family; 4: from the last goal change
 ARM_TOPIC = "/" + ARM_COMMAND_TOPIC
 GRIPPER_TOPIC = "/" + GRIPPER_COMMAND_TOPIC
 JOINT_TOPIC = "/joint_states"
