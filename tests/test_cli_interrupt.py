@@ -128,7 +128,7 @@ def test_a_collection_stopped_by_sigterm_keeps_its_bags_and_resumes_to_the_end(t
 
     out = tmp_path / "bags"
     args = [sys.executable, "-m", "arm_act.cli", "collect", "--episodes", "5", "--workers", "2", "--blocks", "2",
-            "--seed", "3", "--out", str(out)]
+            "--seed", "3", "--camera-rate", "2", "--out", str(out)]
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -17,35 +16,9 @@ from arm_act.cli import main as cli
 from arm_act.common.worker_pool import WorkerError, run_in_processes
 from arm_act.eval.evaluate import EvalConfig, evaluate
 from arm_act.eval.in_process import PolicySettings
+from tests.pool_workers import Squares
 
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
-
-
-class Squares:
-    """A worker for the pool tests (spawned processes import it from this module)."""
-
-    def __init__(self, fail_on: int | None = None, die_on: int | None = None, refuse: bool = False,
-                 kill_on: int | None = None, big: bool = False):
-        if refuse:
-            raise OSError("no sim for this worker")
-        self.fail_on, self.die_on, self.kill_on, self.big, self.pid = fail_on, die_on, kill_on, big, os.getpid()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def square(self, item: int) -> tuple[int, int] | tuple[int, int, bytes]:
-        if item == self.fail_on:
-            raise ValueError(f"item {item} is bad")
-        if item == self.die_on:
-            os._exit(3)
-        if item == self.kill_on:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.big:
-            return item * item, self.pid, bytes(4 << 20)
-        return item * item, self.pid
 
 
 @pytest.mark.slow
@@ -155,27 +128,11 @@ def test_the_cli_names_bad_workers_in_one_line(capsys):
     assert capsys.readouterr().err.strip().splitlines() == ["arm-act eval: error: workers=0 must be >= 1"]
 
 
-class Sleeper:
-    """A worker whose items take a while (for the Ctrl-C test)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def nap(self, item: int) -> int:
-        import time
-
-        time.sleep(0.5)
-        return item
-
-
 CTRL_C_PARENT = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from arm_act.common.worker_pool import run_in_processes
-from test_eval_workers import Sleeper
+from pool_workers import Sleeper
 done = []
 try:
     run_in_processes(Sleeper, (), "nap", list(range(200)), 2, lambda i, r: done.append(i) or print(i, flush=True))

@@ -16,7 +16,7 @@ from arm_act.common.ray_pool import RayPoolError, TaskReport, ray_session, run_t
 pytestmark = pytest.mark.e2e
 
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "default"
-ARGS = ["--blocks", "2-3", "--seed", "7", "--json"]
+ARGS = ["--blocks", "2-3", "--seed", "7", "--camera-rate", "2", "--json"]  # 2 Hz: the test is the pool, not the images
 
 
 @pytest.fixture(scope="module")
