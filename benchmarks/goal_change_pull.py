@@ -28,6 +28,7 @@ import numpy as np
 
 def pull(path: Path) -> dict:
     """One goal-change evaluation file -> the per-episode rows and their medians."""
+    from arm_act.eval.in_process import pull_toward
     from arm_act.sim import ArmEnv
     from arm_act.sim.instructions import Goal, parse_goal
 
@@ -49,7 +50,7 @@ def pull(path: Path) -> dict:
             rows.append({"seed": record["seed"], "success": bool(record["success"]),
                          "old_to_new_cm": round(float(np.linalg.norm(towards)), 2),
                          "offset_cm": round(float(np.linalg.norm(offset)), 2),
-                         "pull": round(float(offset @ towards / (towards @ towards)), 3),
+                         "pull": round(pull_toward(offset, np.zeros(2), towards), 3),
                          "cosine": round(float(offset @ towards / (np.linalg.norm(offset) * np.linalg.norm(towards)
                                                                    + 1e-12)), 3)})
     if not rows:

@@ -230,6 +230,12 @@ def run(args) -> int:
     if "target_error_first_cm_median" in summary:
         print(f"  target head: the named block is placed {summary['target_error_first_cm_median']:.1f} cm "
               "from where it is (median, first camera pair)")
+    after = summary.get("target_after_change")
+    if after:
+        pull = (f", {100 * after['pull_first']:.0f} % of the way to the old goal's block"
+                if "pull_first" in after else "")
+        print(f"  after the goal change: the new goal's block is placed {after['first_cm']:.1f} cm from where "
+              f"it is (median, first camera pair under the new goal){pull}")
     return 0
 
 

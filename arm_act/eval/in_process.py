@@ -56,10 +56,18 @@ class PolicyAgent:
         self.project = project
         # Distance (m) between the target head's guess and the named block, per camera pair.
         self.target_errors: list[float] = []
+        # After the goal changed: per camera pair, the guess's distance (m) to the new goal's
+        # block and how far it lies toward the old goal's (TargetPull).
+        self.first_instruction: str | None = None
+        self.after_change: list[float] = []
+        self.pulls: list[float] = []  # only where the new goal names another block
         self.lifted: set[str] = set()  # colours of the blocks the arm has lifted this episode
 
     def reset(self, obs) -> None:
         self.target_errors.clear()
+        self.first_instruction = None
+        self.after_change.clear()
+        self.pulls.clear()
         self.lifted.clear()
         self.selector.reset(obs.joint_state.position)
 
@@ -78,6 +86,7 @@ class PolicyAgent:
             truth = named_block_position(obs.objects, obs.instruction)
             if pred.target is not None and truth is not None:
                 self.target_errors.append(float(np.linalg.norm(pred.target - truth)))
+                self._after_change(obs, pred.target, truth)
             if self.video is not None:
                 marks = None
                 if pred.target is not None and self.project is not None:
@@ -94,13 +103,44 @@ class PolicyAgent:
         return {"lifted_named_block": bool(self.lifted & named),
                 "lifted_other_block": bool(self.lifted - named)}
 
+    def _after_change(self, obs, target: np.ndarray, truth: np.ndarray) -> None:
+        """Under an instruction other than the episode's first, where the target head's guess
+        lies between the new goal's block and the old one's (pull_toward)."""
+        if self.first_instruction is None:
+            self.first_instruction = obs.instruction
+        elif obs.instruction != self.first_instruction:
+            self.after_change.append(float(np.linalg.norm(target - truth)))
+            old = named_block_position(obs.objects, self.first_instruction)
+            if old is not None and np.linalg.norm(old[:2] - truth[:2]) > 1e-6:
+                self.pulls.append(pull_toward(target, truth, old))
+
     def grounding(self) -> dict | None:
         """The target head's error (cm) at the first camera pair and its median over the
-        episode; None without a target head."""
+        episode; after a goal change, the same for the pairs under the new goal with their
+        pull toward the old goal's block. None without a target head."""
         if not self.target_errors:
             return None
-        return {"first_cm": round(100 * self.target_errors[0], 2),
-                "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
+        found = {"first_cm": round(100 * self.target_errors[0], 2),
+                 "median_cm": round(100 * float(np.median(self.target_errors)), 2)}
+        if self.after_change:
+            found["after_change"] = {"first_cm": round(100 * self.after_change[0], 2),
+                                     "median_cm": round(100 * float(np.median(self.after_change)), 2)}
+            if self.pulls:
+                found["after_change"] |= {"pull_first": round(self.pulls[0], 3),
+                                          "pull_median": round(float(np.median(self.pulls)), 3)}
+        return found
+
+
+def pull_toward(point: np.ndarray, new: np.ndarray, old: np.ndarray) -> float:
+    """How far `point` lies from the new goal's block toward the old goal's, on the table:
+    its horizontal offset from `new` projected on the line from `new` to `old`, as a share
+    of that line (0 at the new block, 1 at the old one). benchmarks/goal_change_pull.py
+    measures the first grasp the same way."""
+    line = np.asarray(old[:2], dtype=np.float64) - np.asarray(new[:2], dtype=np.float64)
+    length2 = float(line @ line)
+    if length2 == 0.0:
+        return 0.0
+    return float((np.asarray(point[:2], dtype=np.float64) - new[:2]) @ line / length2)
 
 
 def _named_colours(instruction: str) -> list[str]:

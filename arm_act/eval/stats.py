@@ -81,6 +81,12 @@ def summarize(results: list[dict], extra: dict) -> dict:
     grounding = sorted(r["target_error"]["first_cm"] for r in results if "target_error" in r)
     if grounding:  # where the target head puts the named block at the first camera pair
         extra = {**extra, "target_error_first_cm_median": grounding[len(grounding) // 2]}
+    after = [r["target_error"]["after_change"] for r in results if "after_change" in (r.get("target_error") or {})]
+    if after:  # where it puts the new goal's block after a goal change, and its pull to the old one
+        extra = {**extra, "target_after_change": {
+            key: round(float(np.median(values)), 3)
+            for key in ("first_cm", "median_cm", "pull_first", "pull_median")
+            if (values := [a[key] for a in after if key in a])}}
     return {
         **extra,
         "episodes": n,
