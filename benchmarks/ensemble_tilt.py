@@ -8,12 +8,15 @@ chunk executor rather than from the network.
 - `--execution queue`: no averaging, the newest chunk only.
 - `--world NAME`: a robustness world of arm_act.sim.perturb (`push`: the block moved as the
   gripper nears it), drawn per episode from its seed.
+- `--task FAMILY`, `--change-goal AT_S:TO`: as `arm-act eval` takes them (a goal changed
+  mid-episode: the chunks after the change are executed this way too).
 
 Runs on tuning seeds from 700000 by default, never used in training or in the published
 evaluations, in this process, with the latency fixed at 1 control tick.
 
     python benchmarks/ensemble_tilt.py CKPT M EPISODES OUT.json [--world push]
-        [--horizon-ticks 15] [--execution queue] [--seed 700000]
+        [--horizon-ticks 15] [--execution queue] [--seed 700000] [--task box]
+        [--change-goal 0.5:box]
 """
 import argparse
 import json
@@ -54,9 +57,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--horizon-ticks", type=int, default=None)
     parser.add_argument("--execution", choices=("ensemble", "queue"), default="ensemble")
     parser.add_argument("--seed", type=int, default=700000)
+    parser.add_argument("--task", default="box")
+    parser.add_argument("--change-goal", default=None, metavar="AT_S:TO")
     args = parser.parse_args(argv)
     config = EvalConfig(policy=args.checkpoint, episodes=args.episodes, seed=args.seed, blocks="2-5",
-                        robustness=args.world,
+                        robustness=args.world, task=args.task, change_goal=args.change_goal,
                         settings=PolicySettings(latency_ticks=1, threads=1, execution=args.execution, assist=False))
     runner = PolicyRunner.load(Path(args.checkpoint), config.sim_config(), config.settings)
     if args.execution == "ensemble":
@@ -70,7 +75,8 @@ def main(argv: list[str]) -> int:
     finally:
         env.close()
     setting = {"ensemble_m": args.m, "seed": args.seed, "world": args.world or "none",
-               "execution": args.execution, "horizon_ticks": args.horizon_ticks}
+               "execution": args.execution, "horizon_ticks": args.horizon_ticks, "task": args.task,
+               "change_goal": args.change_goal}
     summary = summarize(records, setting)
     print(f"{setting}: {summary['successes']}/{args.episodes}; "
           f"{describe_grasp_precision(summary['grasp_precision'])}")

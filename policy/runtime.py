@@ -77,8 +77,8 @@ class TemporalEnsembler:
     """
 
     def __init__(self, m: float, chunk_size: int, action_dim: int, interval_ticks: float = 5.0):
-        if m < 0 or not np.isfinite(m):
-            raise ValueError(f"ensembling coefficient m={m} must be a finite number >= 0")
+        if not np.isfinite(m):
+            raise ValueError(f"ensembling coefficient m={m} must be a finite number")
         if chunk_size < 1 or action_dim < 1:
             raise ValueError(f"chunk_size={chunk_size} and action_dim={action_dim} must be >= 1")
         if not interval_ticks > 0 or not np.isfinite(interval_ticks):
@@ -153,10 +153,13 @@ class PolicyRuntime:
 
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
-                 device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = False):
+                 device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = False,
+                 m_after_change: float | None = None):
         """control_rate: Hz of the ticks the executor counts (the ensembling's time unit).
         colour_balance: scale each camera pair to the training light (policy/colour.py) when the
-        checkpoint has a colour reference; `self.colour_balance` is None when it does not run."""
+        checkpoint has a colour reference; `self.colour_balance` is None when it does not run.
+        m_after_change: the ensembling's m from a goal change (new_goal) to the episode's end;
+        None keeps m."""
         from arm_act.policy.device import resolve_device
 
         if backend not in BACKENDS:
@@ -171,6 +174,7 @@ class PolicyRuntime:
         self.threads = threads
         self.control_rate = float(control_rate)
         self.m = float(m)
+        self.m_after_change = self.m if m_after_change is None else float(m_after_change)
         self.executor = make_executor(execution, self.config, m, self.control_rate)
         self.execution = execution
         reference = normalizer.image_reference
@@ -210,7 +214,7 @@ class PolicyRuntime:
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
                         image_size: int | None = None, backend: str = "torch",
                         device: str | torch.device = "cpu", control_rate: float = 50.0,
-                        colour_balance: bool = False) -> PolicyRuntime:
+                        colour_balance: bool = False, m_after_change: float | None = None) -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
@@ -218,10 +222,23 @@ class PolicyRuntime:
             expected["image_size"] = image_size
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
         return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
-                   device=device, control_rate=control_rate, colour_balance=colour_balance)
+                   device=device, control_rate=control_rate, colour_balance=colour_balance,
+                   m_after_change=m_after_change)
 
     def reset(self) -> None:
+        """A new episode: no chunks, and the ensembling back at m."""
         self.executor.reset()
+        if isinstance(self.executor, TemporalEnsembler):
+            self.executor.m = self.m
+
+    def new_goal(self) -> None:
+        """The instruction changed mid-episode: no chunks, and the ensembling at m_after_change
+        until the episode ends. The chunks that follow a change are predicted from states on the
+        way to the old goal's block; averaged oldest-first, as ACT's m > 0 does, the first of them
+        pull the grasp toward that block (docs/tasks.md, "A changed goal")."""
+        self.executor.reset()
+        if isinstance(self.executor, TemporalEnsembler):
+            self.executor.m = self.m_after_change
 
     def _instruction_tokens(self, instruction: str):
         if instruction != self._instruction:  # tokenised once per episode, not per frame

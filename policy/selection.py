@@ -71,7 +71,7 @@ class ActionSelector:
         self.started = False  # whether a chunk's action has been issued since reset
         self.last_start_tick = -1  # the start tick of the newest chunk handed to the executor
         self.last_prediction: ChunkPrediction | None = None  # from select_action's last inference
-        self.conditioned_on: str | None = None  # the instruction of select_action's last chunk
+        self.conditioned_on: str | None = None  # the instruction of the last chunk taken this episode
 
     @property
     def latency_ticks(self) -> int:
@@ -92,12 +92,13 @@ class ActionSelector:
 
     def new_goal(self, drop: bool = True) -> None:
         """The instruction changed: with drop, the chunks of the old goal go (the executor's
-        and those still in the latency gate), so the new goal's first chunk drives alone;
+        and those still in the latency gate), so the new goal's first chunk drives alone, and
+        the ensembling weighs chunks by the runtime's m_after_change until the episode ends;
         the arm holds its last command until it is due. The limiter and the grasp assist
         keep their state: the arm has not moved."""
         if drop:
             self.gate.reset()
-            self.runtime.reset()
+            self.runtime.new_goal()
 
     # ------------------------------------------------------------ the latency gate
     def usable_tick(self, start_tick: int) -> int:

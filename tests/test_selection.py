@@ -166,6 +166,36 @@ def test_a_new_instruction_drops_the_old_goals_chunks():
     assert np.abs(commands[INSTRUCTION] - commands[other]).max() > 1e-6
 
 
+def test_after_a_new_instruction_the_ensembling_weighs_by_m_after_change():
+    """From a goal change to the episode's end the ensembling's m is the runtime's
+    m_after_change (here < 0: newer chunks weigh more); the next episode is back at m."""
+    images = {c: np.full((32, 32, 3), 100, np.uint8) for c in ("front", "wrist")}
+    other = "put the blue block in the box"
+    torch.manual_seed(0)
+    runtime = _runtime("ensemble", m=0.1)
+    runtime.m_after_change = -2.0
+    selector = ActionSelector(runtime, 1, CommandLimiter(1e6, 50.0))  # no speed limit
+    selector.reset(POSE)
+    selector.select_action(0, POSE, INSTRUCTION, images)
+    assert runtime.executor.m == 0.1
+    selector.select_action(2, POSE, other, images)
+    first = selector.last_prediction.actions
+    assert runtime.executor.m == -2.0
+    moved = POSE + np.array([0.05, -0.05, 0.05, 0.05, -0.05, 0.05, 0.0, 0.0, 0.0])
+    selector.select_action(4, moved, other, images)
+    second = selector.last_prediction.actions
+    arm = selector.select_action(5, moved, other, None)[0]
+    # Tick 5: rows 3 and 1 of the chunks started at ticks 2 and 4, i = 0 and (4 - 2) / 5 apart.
+    weights = np.exp(2.0 * np.array([0.0, 0.4]))  # exp(-m i) with m = -2
+    expected = (weights[0] * first[3, :7] + weights[1] * second[1, :7]) / weights.sum()
+    np.testing.assert_allclose(arm, np.clip(expected, ARM_LOWER, ARM_UPPER), atol=1e-9)
+    assert np.abs(first[3, :7] - second[1, :7]).max() > 1e-4  # the two chunks differ: the weights show
+    selector.reset(POSE)  # the next episode
+    assert runtime.executor.m == 0.1 and selector.conditioned_on is None
+    selector.select_action(0, POSE, other, images)  # its first goal is no change
+    assert runtime.executor.m == 0.1
+
+
 def test_bad_use_is_an_error():
     with pytest.raises(ValueError, match="latency_ticks=-1"):
         ActionSelector(_runtime(), -1, CommandLimiter(3.0, 50.0))

@@ -277,6 +277,7 @@ class PolicyRunner:
             "execution": settings.execution,
             "backend": runtime.backend,
             "ensemble_m": settings.ensemble_m,
+            "ensemble_m_after_change": settings.ensemble_m_after_change,
             "latency_ticks": self.latency_ticks,
             "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
             "ideal": bool(settings.ideal),
@@ -299,7 +300,7 @@ class PolicyRunner:
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
             backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz,
-            colour_balance=settings.assist)
+            colour_balance=settings.assist, m_after_change=settings.ensemble_m_after_change)
         measured = None
         if settings.ideal:
             latency_ticks = 0

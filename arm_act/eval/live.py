@@ -252,7 +252,8 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
             else:
                 children.start("policy_node", "arm_act.nodes.policy_node", ros_args({
                     **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
-                    "ensemble_m": settings.ensemble_m, "torch_threads": settings.threads,
+                    "ensemble_m": settings.ensemble_m, "ensemble_m_after_change": settings.ensemble_m_after_change,
+                    "torch_threads": settings.threads,
                     "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
                     "device": settings.device, "assist": settings.assist, "regrasps": settings.regrasps,
                     "regrasp_retry": settings.retry, "publish_attention": False},

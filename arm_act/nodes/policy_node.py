@@ -63,7 +63,6 @@ class PolicyNode(ControllerNode, LifecycleNode):
         self.enabled = True
         self.hold_pose: tuple[np.ndarray, float] | None = None  # inactive: the pose the arm holds
         self.check: InstructionCheck | None = None  # configured: what the checkpoint can read
-        self._conditioned_on: str | None = None  # the words of the chunks the selector holds
         self.stats = PolicyStats(self.control_rate)
         self.refusals = RefusalLog(self.get_logger(), self.stats)
         self._create_interfaces()
@@ -240,9 +239,9 @@ class PolicyNode(ControllerNode, LifecycleNode):
                 selector.forget(job.tick)  # its episode ended, or the goal changed since its pair
                 self.stats["stale_chunks_dropped"] += 1
                 return True
-            if job.instruction != self._conditioned_on:  # the first chunk of a new goal: the old ones go
-                selector.new_goal(self._conditioned_on is not None)
-                self._conditioned_on = job.instruction
+            if job.instruction != selector.conditioned_on:  # the first chunk of a new goal: the old ones go
+                selector.new_goal(selector.conditioned_on is not None)  # None: the episode's first goal
+                selector.conditioned_on = job.instruction
             # Everything the worker spent on the pair (preprocessing included).
             self.stats.chunk_added((time.perf_counter() - started) * 1e3, pred.target)
             selector.add_chunk(job.tick, pred.actions, usable_tick=self.sync.usable_tick(job.tick),

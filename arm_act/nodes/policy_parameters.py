@@ -4,17 +4,17 @@ refused, and the policy that configure loads from them.
 Every inference setting comes from InferenceConfig (policy/inference_config.py), with its
 one default, description and range (`ros2 param describe /policy_node assist` shows them).
 
-Parameters that change live (`ros2 param set`): execution, ensemble_m, stale_timeout,
-max_joint_speed; bad values are refused with the reason. checkpoint, backend, torch_threads,
-device, latency_ticks, assist, regrasps, regrasp_retry and publish_attention are read at
-configure (set them while unconfigured). assist (default false: the network alone) runs the
-hand-written layers around the network: colour balance of the images (arm_act/policy/colour.py),
-the aim correction that steers the grasp onto the target head's estimate of the named block,
-and a grasp check that reopens up to `regrasps` (default 3) grasps an episode that closed on
-nothing (arm_act/assist/aim.py), each retried by the re-grasp reflex (regrasp_retry "reflex",
-arm_act/assist/regrasp.py) or by the chunks ("policy"). device: cpu
-(default), auto, cuda or cuda:N for the torch model (policy/device.py); a device that is not
-there fails the configure transition with the reason.
+Parameters that change live (`ros2 param set`): execution, ensemble_m, ensemble_m_after_change
+(from the next goal change on), stale_timeout, max_joint_speed; bad values are refused with the
+reason. checkpoint, backend, torch_threads, device, latency_ticks, assist, regrasps,
+regrasp_retry and publish_attention are read at configure (set them while unconfigured). assist
+(default false: the network alone) runs the hand-written layers around the network: colour
+balance of the images (arm_act/policy/colour.py), the aim correction that steers the grasp onto
+the target head's estimate of the named block, and a grasp check that reopens up to `regrasps`
+(default 3) grasps an episode that closed on nothing (arm_act/assist/aim.py), each retried by
+the re-grasp reflex (regrasp_retry "reflex", arm_act/assist/regrasp.py) or by the chunks
+("policy"). device: cpu (default), auto, cuda or cuda:N for the torch model (policy/device.py);
+a device that is not there fails the configure transition with the reason.
 The rest (mode, control_rate, the camera topics, autostart, the thread priorities and
 lock_memory) are fixed when the node starts.
 """
@@ -134,6 +134,7 @@ def load_policy(node, runtime: PolicyRuntime | None, camera_topics) -> tuple[Pol
             Path(checkpoint), execution=str(p("execution")), m=float(p("ensemble_m")),
             threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
             control_rate=control_rate, colour_balance=bool(p("assist")),
+            m_after_change=float(p("ensemble_m_after_change")),
         )
         node.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
@@ -181,6 +182,8 @@ def apply_live(node, values: dict) -> None:
         m = float(values.get("ensemble_m", node.get_parameter("ensemble_m").value))
         runtime.executor = make_executor(execution, runtime.config, m, rate)
         runtime.execution, runtime.m = execution, m
+    if runtime is not None and "ensemble_m_after_change" in values:  # from the next goal change on
+        runtime.m_after_change = float(values["ensemble_m_after_change"])
     if "stale_timeout" in values:
         node.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
     if "max_joint_speed" in values and selector is not None:
