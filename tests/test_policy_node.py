@@ -347,7 +347,7 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
             _run_feed(executor, feed, 1.0)
             assert policy.state == "ok" and _diag(feed, "instruction_refused") == "no"
             assert policy.selector.conditioned_on == "put the green block in the box"
-            assert policy.runtime.executor.m == policy.runtime.m_after_change == -0.5  # red to green: a change
+            assert policy.runtime.executor.m == policy.runtime.m_after_change == -1.0  # red to green: a change
             assert policy.stats.chunks > chunks
     finally:
         policy.destroy_node()
