@@ -43,7 +43,7 @@ class InferenceConfig:
     ensemble_m: float = setting(0.1, "ensembling weights exp(-m*i), i = 0 the oldest chunk", low=0.0, high=10.0,
                                 live=True)
     ensemble_m_after_change: float = setting(
-        -1.0, "the ensembling's m from a mid-episode change of instruction to the episode's end (< 0: newer "
+        0.1, "the ensembling's m from a mid-episode change of instruction to the episode's end (< 0: newer "
         "chunks weigh more; the chunks predicted while the arm still moved toward the old goal lean toward it)",
         low=-10.0, high=10.0, live=True)
     latency_ticks: int = setting(1, "lockstep: a chunk from the camera pair of tick c is used from tick "

@@ -317,9 +317,10 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
     """Unknown word, a colour not on the table, a family the checkpoint was not trained on:
     each is refused with one counted log line and a diagnostics entry naming it; the arm
     holds (the same command every tick), no inference runs. A readable instruction again
-    (any case, punctuation) resumes; a new goal's first chunk replaces the old goal's."""
+    (any case, punctuation) resumes; a new goal's first chunk replaces the old goal's, and the
+    ensembling runs at ensemble_m_after_change from then on."""
     feed, policy, executor = _start(ros_context, dict(parameter_overrides=_params(
-        mode="realtime", checkpoint=str(tiny_checkpoint))))
+        mode="realtime", checkpoint=str(tiny_checkpoint), ensemble_m_after_change=-1.0)))
 
     def say(text):
         feed.task.publish(conv.task_msg(text))
@@ -348,6 +349,7 @@ def test_an_instruction_the_policy_cannot_read_is_refused_and_the_arm_holds(ros_
             assert policy.state == "ok" and _diag(feed, "instruction_refused") == "no"
             assert policy.selector.conditioned_on == "put the green block in the box"
             assert policy.runtime.executor.m == policy.runtime.m_after_change == -1.0  # red to green: a change
+            assert policy.runtime.m == 0.1
             assert policy.stats.chunks > chunks
     finally:
         policy.destroy_node()
