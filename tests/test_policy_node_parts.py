@@ -20,6 +20,7 @@ from arm_act.nodes.policy_parameters import (
     CONFIGURE_PARAMETERS,
     FIXED_PARAMETERS,
     LIVE_PARAMETERS,
+    apply_live,
     check_live_value,
     refusal,
 )
@@ -447,7 +448,8 @@ def test_diagnostic_status_warns_on_bad_states_and_missing_inputs():
 
 # ---------------------------------------------------------------- parameters
 def test_parameter_changes_are_refused_by_when_they_may_change():
-    assert set(LIVE_PARAMETERS) == {"execution", "ensemble_m", "stale_timeout", "max_joint_speed"}
+    assert set(LIVE_PARAMETERS) == {"execution", "ensemble_m", "ensemble_m_after_change", "stale_timeout",
+                                    "max_joint_speed"}
     assert not set(LIVE_PARAMETERS) & set(CONFIGURE_PARAMETERS)
     assert not set(CONFIGURE_PARAMETERS) & set(FIXED_PARAMETERS)
     assert "restart" in refusal("mode", "lockstep", "unconfigured")
@@ -459,6 +461,16 @@ def test_parameter_changes_are_refused_by_when_they_may_change():
     assert refusal("stale_timeout", float("nan"), "active")
     assert refusal("execution", "sideways", "active")
     assert check_live_value("not_an_inference_parameter", object()) is None
+    assert refusal("ensemble_m", -1.0, "active")  # m >= 0; after a change newer chunks may weigh more
+    assert refusal("ensemble_m_after_change", -1.0, "active") is None
+    assert refusal("ensemble_m_after_change", 11.0, "active")
+
+
+def test_a_live_ensemble_m_after_change_applies_from_the_next_change():
+    runtime = SimpleNamespace(m_after_change=0.1, set_control_rate=lambda rate: None)
+    node = SimpleNamespace(runtime=runtime, selector=None, control_rate=50)
+    apply_live(node, {"ensemble_m_after_change": -1.0})
+    assert runtime.m_after_change == -1.0
 
 
 # ------------------------------------------------------------ InstructionCheck
