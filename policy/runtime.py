@@ -235,7 +235,7 @@ class PolicyRuntime:
         """The instruction changed mid-episode: no chunks, and the ensembling at m_after_change
         until the episode ends. The chunks that follow a change are predicted from states on the
         way to the old goal's block; averaged oldest-first, as ACT's m > 0 does, the first of them
-        pull the grasp toward that block (docs/tasks.md, "A changed goal")."""
+        pull the grasp toward that block (docs/tasks.md, "The ensembling after a change")."""
         self.executor.reset()
         if isinstance(self.executor, TemporalEnsembler):
             self.executor.m = self.m_after_change

@@ -57,7 +57,7 @@ class PolicyAgent:
         # Distance (m) between the target head's guess and the named block, per camera pair.
         self.target_errors: list[float] = []
         # After the goal changed: per camera pair, the guess's distance (m) to the new goal's
-        # block and how far it lies toward the old goal's (TargetPull).
+        # block and how far it lies toward the old goal's (pull_toward).
         self.first_instruction: str | None = None
         self.after_change: list[float] = []
         self.pulls: list[float] = []  # only where the new goal names another block
