@@ -1,9 +1,10 @@
 """A checkpoint alone with its chunks executed differently, to tell which misses come from the
 chunk executor rather than from the network.
 
-- `M`: the temporal ensembling's weights exp(-m*i), i = 0 the oldest chunk (ACT's rule).
-  m < 0 trusts newer chunks more; the nodes and `arm-act eval` accept only m >= 0, so m is
-  set on the loaded runtime here.
+- `M`: the temporal ensembling's weights exp(-m*i), i = 0 the oldest chunk (ACT's rule),
+  for the whole episode, a goal change included. m < 0 trusts newer chunks more; the nodes
+  and `arm-act eval` accept only m >= 0 for `ensemble_m`, so m is set on the loaded runtime
+  here.
 - `--horizon-ticks N`: average only the chunks that started in the last N control ticks.
 - `--execution queue`: no averaging, the newest chunk only.
 - `--world NAME`: a robustness world of arm_act.sim.perturb (`push`: the block moved as the
@@ -47,6 +48,15 @@ class _HorizonEnsembler(TemporalEnsembler):
         return super().action(tick)
 
 
+def set_ensembling(runtime, m: float, horizon_ticks: int | None = None) -> None:
+    """Ensemble with m for whole episodes on a loaded PolicyRuntime: the runtime puts its own m
+    back on the executor at every episode's reset and its m_after_change at a goal change, so
+    m goes on all three. horizon_ticks: average only the chunks of the last N ticks."""
+    runtime.m = runtime.m_after_change = runtime.executor.m = float(m)
+    if horizon_ticks is not None:
+        runtime.executor = _HorizonEnsembler(runtime.executor, horizon_ticks)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
@@ -65,9 +75,7 @@ def main(argv: list[str]) -> int:
                         settings=PolicySettings(latency_ticks=1, threads=1, execution=args.execution, assist=False))
     runner = PolicyRunner.load(Path(args.checkpoint), config.sim_config(), config.settings)
     if args.execution == "ensemble":
-        runner.runtime.executor.m = args.m
-        if args.horizon_ticks is not None:
-            runner.runtime.executor = _HorizonEnsembler(runner.runtime.executor, args.horizon_ticks)
+        set_ensembling(runner.runtime, args.m, args.horizon_ticks)
     env = config.make_env()
     try:
         records = [run_one(runner, env, episode_spec(i, args.seed, parse_blocks("2-5")))

@@ -1,0 +1,44 @@
+"""benchmarks/ensemble_tilt.py sets the ensembling's m for whole episodes: the runtime's own
+reset and goal change must not put another m back on the executor."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arm_act.policy.config import PolicyConfig
+from arm_act.policy.model import ACTPolicy
+from arm_act.policy.normalizer import Normalizer
+from arm_act.policy.runtime import PolicyRuntime
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ensemble_tilt.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("ensemble_tilt", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runtime() -> PolicyRuntime:
+    torch.manual_seed(0)
+    config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=4, encoder_layers=1, chunk_size=6,
+                          dropout=0.0)
+    normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.1))
+    return PolicyRuntime(ACTPolicy(config), normalizer, m=0.1, m_after_change=0.1)
+
+
+@pytest.mark.parametrize("horizon", [None, 15])
+def test_m_holds_through_resets_and_goal_changes(horizon):
+    runtime = _runtime()
+    _script().set_ensembling(runtime, -0.5, horizon)
+    for step in (runtime.reset, runtime.new_goal, runtime.reset):
+        step()
+        assert runtime.executor.m == -0.5
+    assert (getattr(runtime.executor, "horizon", None)) == horizon
