@@ -11,13 +11,16 @@ chunk executor rather than from the network.
   gripper nears it), drawn per episode from its seed.
 - `--task FAMILY`, `--change-goal AT_S:TO`: as `arm-act eval` takes them (a goal changed
   mid-episode: the chunks after the change are executed this way too).
+- `--after-change M2 [--window-s W]`: from a goal change on, m is M2 (the runtime's
+  `ensemble_m_after_change`); with `--window-s`, only for W seconds of control ticks from
+  the first tick after the change, then M again.
 
 Runs on tuning seeds from 700000 by default, never used in training or in the published
 evaluations, in this process, with the latency fixed at 1 control tick.
 
     python benchmarks/ensemble_tilt.py CKPT M EPISODES OUT.json [--world push]
         [--horizon-ticks 15] [--execution queue] [--seed 700000] [--task box]
-        [--change-goal 0.5:box]
+        [--change-goal 0.5:box] [--after-change -1 --window-s 1.5]
 """
 import argparse
 import json
@@ -48,13 +51,41 @@ class _HorizonEnsembler(TemporalEnsembler):
         return super().action(tick)
 
 
-def set_ensembling(runtime, m: float, horizon_ticks: int | None = None) -> None:
-    """Ensemble with m for whole episodes on a loaded PolicyRuntime: the runtime puts its own m
-    back on the executor at every episode's reset and its m_after_change at a goal change, so
-    m goes on all three. horizon_ticks: average only the chunks of the last N ticks."""
-    runtime.m = runtime.m_after_change = runtime.executor.m = float(m)
+class _WindowEnsembler(TemporalEnsembler):
+    """Temporal ensembling that goes back to `m_base` `window` ticks after its last reset (the
+    runtime resets the executor at each episode and each goal change, and sets m after)."""
+
+    def __init__(self, base: TemporalEnsembler, m_base: float, window: int):
+        super().__init__(0.0, base.chunk_size, base.action_dim, base.interval_ticks)
+        self.m, self.m_base, self.window = base.m, float(m_base), int(window)
+        self._since: int | None = None
+
+    def reset(self) -> None:
+        super().reset()
+        self._since = None
+
+    def action(self, tick: int):
+        if self._since is None:
+            self._since = tick
+        if tick - self._since >= self.window:
+            self.m = self.m_base
+        return super().action(tick)
+
+
+def set_ensembling(runtime, m: float, horizon_ticks: int | None = None, after_change: float | None = None,
+                   window_s: float | None = None) -> None:
+    """Ensemble with m on a loaded PolicyRuntime, through each episode's reset, which puts the
+    runtime's m back on the executor; from a goal change on with `after_change` (the runtime's
+    m_after_change; None: m), for `window_s` seconds when given. horizon_ticks: average only
+    the chunks of the last N ticks."""
+    runtime.m = runtime.executor.m = float(m)
+    runtime.m_after_change = float(m) if after_change is None else float(after_change)
     if horizon_ticks is not None:
         runtime.executor = _HorizonEnsembler(runtime.executor, horizon_ticks)
+    if window_s is not None:
+        if horizon_ticks is not None:
+            raise ValueError("--window-s and --horizon-ticks do not combine")
+        runtime.executor = _WindowEnsembler(runtime.executor, m, round(window_s * runtime.control_rate))
 
 
 def main(argv: list[str]) -> int:
@@ -69,13 +100,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=700000)
     parser.add_argument("--task", default="box")
     parser.add_argument("--change-goal", default=None, metavar="AT_S:TO")
+    parser.add_argument("--after-change", type=float, default=None, metavar="M2")
+    parser.add_argument("--window-s", type=float, default=None, metavar="W")
     args = parser.parse_args(argv)
     config = EvalConfig(policy=args.checkpoint, episodes=args.episodes, seed=args.seed, blocks="2-5",
                         robustness=args.world, task=args.task, change_goal=args.change_goal,
                         settings=PolicySettings(latency_ticks=1, threads=1, execution=args.execution, assist=False))
     runner = PolicyRunner.load(Path(args.checkpoint), config.sim_config(), config.settings)
     if args.execution == "ensemble":
-        set_ensembling(runner.runtime, args.m, args.horizon_ticks)
+        set_ensembling(runner.runtime, args.m, args.horizon_ticks, args.after_change, args.window_s)
     env = config.make_env()
     try:
         records = [run_one(runner, env, episode_spec(i, args.seed, parse_blocks("2-5")))
@@ -84,7 +117,7 @@ def main(argv: list[str]) -> int:
         env.close()
     setting = {"ensemble_m": args.m, "seed": args.seed, "world": args.world or "none",
                "execution": args.execution, "horizon_ticks": args.horizon_ticks, "task": args.task,
-               "change_goal": args.change_goal}
+               "change_goal": args.change_goal, "after_change": args.after_change, "window_s": args.window_s}
     summary = summarize(records, setting)
     print(f"{setting}: {summary['successes']}/{args.episodes}; "
           f"{describe_grasp_precision(summary['grasp_precision'])}")

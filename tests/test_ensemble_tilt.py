@@ -42,3 +42,23 @@ def test_m_holds_through_resets_and_goal_changes(horizon):
         step()
         assert runtime.executor.m == -0.5
     assert (getattr(runtime.executor, "horizon", None)) == horizon
+
+
+def test_after_a_change_m2_holds_for_the_window_then_m_again():
+    runtime = _runtime()  # 50 Hz: a 0.2 s window is 10 ticks
+    _script().set_ensembling(runtime, 0.1, after_change=-1.0, window_s=0.2)
+    runtime.reset()
+    runtime.executor.add_chunk(0, np.zeros((6, 8)))
+    assert runtime.executor.action(0) is not None and runtime.executor.m == 0.1
+    runtime.new_goal()  # at tick 40, say
+    for tick in range(40, 50):
+        runtime.executor.action(tick)
+        assert runtime.executor.m == -1.0
+    runtime.executor.action(50)
+    assert runtime.executor.m == 0.1
+    runtime.new_goal()  # a second change opens a new window
+    runtime.executor.action(80)
+    assert runtime.executor.m == -1.0
+    runtime.reset()  # the next episode: m from its first tick
+    runtime.executor.action(0)
+    assert runtime.executor.m == 0.1
