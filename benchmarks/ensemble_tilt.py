@@ -13,7 +13,7 @@ chunk executor rather than from the network.
   mid-episode: the chunks after the change are executed this way too).
 - `--after-change M2 [--window-s W]`: from a goal change on, m is M2 (the runtime's
   `ensemble_m_after_change`); with `--window-s`, only for W seconds of control ticks from
-  the first tick after the change, then M again.
+  the first tick after the change, then M again (`ensemble_after_change_s`).
 
 Runs on tuning seeds from 700000 by default, never used in training or in the published
 evaluations, in this process, with the latency fixed at 1 control tick.
@@ -51,27 +51,6 @@ class _HorizonEnsembler(TemporalEnsembler):
         return super().action(tick)
 
 
-class _WindowEnsembler(TemporalEnsembler):
-    """Temporal ensembling that goes back to `m_base` `window` ticks after its last reset (the
-    runtime resets the executor at each episode and each goal change, and sets m after)."""
-
-    def __init__(self, base: TemporalEnsembler, m_base: float, window: int):
-        super().__init__(0.0, base.chunk_size, base.action_dim, base.interval_ticks)
-        self.m, self.m_base, self.window = base.m, float(m_base), int(window)
-        self._since: int | None = None
-
-    def reset(self) -> None:
-        super().reset()
-        self._since = None
-
-    def action(self, tick: int):
-        if self._since is None:
-            self._since = tick
-        if tick - self._since >= self.window:
-            self.m = self.m_base
-        return super().action(tick)
-
-
 def set_ensembling(runtime, m: float, horizon_ticks: int | None = None, after_change: float | None = None,
                    window_s: float | None = None) -> None:
     """Ensemble with m on a loaded PolicyRuntime, through each episode's reset, which puts the
@@ -80,12 +59,9 @@ def set_ensembling(runtime, m: float, horizon_ticks: int | None = None, after_ch
     the chunks of the last N ticks."""
     runtime.m = runtime.executor.m = float(m)
     runtime.m_after_change = float(m) if after_change is None else float(after_change)
+    runtime.after_change_s = window_s
     if horizon_ticks is not None:
         runtime.executor = _HorizonEnsembler(runtime.executor, horizon_ticks)
-    if window_s is not None:
-        if horizon_ticks is not None:
-            raise ValueError("--window-s and --horizon-ticks do not combine")
-        runtime.executor = _WindowEnsembler(runtime.executor, m, round(window_s * runtime.control_rate))
 
 
 def main(argv: list[str]) -> int:

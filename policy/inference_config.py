@@ -43,9 +43,12 @@ class InferenceConfig:
     ensemble_m: float = setting(0.1, "ensembling weights exp(-m*i), i = 0 the oldest chunk", low=0.0, high=10.0,
                                 live=True)
     ensemble_m_after_change: float = setting(
-        0.1, "the ensembling's m from a mid-episode change of instruction to the episode's end (< 0: newer "
-        "chunks weigh more; the chunks predicted while the arm still moved toward the old goal lean toward it)",
-        low=-10.0, high=10.0, live=True)
+        -1.0, "the ensembling's m for ensemble_after_change_s after a mid-episode change of instruction (< 0: "
+        "newer chunks weigh more; the chunks predicted while the arm still moved toward the old goal lean "
+        "toward it)", low=-10.0, high=10.0, live=True)
+    ensemble_after_change_s: float = setting(
+        1.0, "how long ensemble_m_after_change weighs the chunks after a change of instruction; then "
+        "ensemble_m again, which smooths the place", low=0.0, high=60.0, live=True, unit="s")
     latency_ticks: int = setting(1, "lockstep: a chunk from the camera pair of tick c is used from tick "
                                  "c + latency_ticks", low=0, high=50, unit="control ticks")
     max_joint_speed: float = setting(3.0, "clamp on commanded joint motion", low=0.0, low_open=True, high=10.0,
@@ -125,8 +128,8 @@ class InferenceConfig:
 
 # How the policy behaves, as opposed to how this machine runs it (threads, backend, device,
 # latency_ticks): `arm-act eval` takes these from a checkpoint's inference.json unless given.
-BEHAVIOUR = ("execution", "ensemble_m", "ensemble_m_after_change", "max_joint_speed", "stale_timeout", "assist",
-             "regrasps", "retry")
+BEHAVIOUR = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "max_joint_speed",
+             "stale_timeout", "assist", "regrasps", "retry")
 
 
 def save_inference_config(directory, config: InferenceConfig) -> Path:

@@ -86,9 +86,25 @@ class TemporalEnsembler:
         self.m, self.chunk_size, self.action_dim = float(m), int(chunk_size), int(action_dim)
         self.interval_ticks = float(interval_ticks)
         self._chunks: list[tuple[int, np.ndarray]] = []  # (start tick, (K, A)), oldest first
+        self._tilt: list | None = None  # [m to go back to, ticks or None, the tilt's first tick or None]
 
     def reset(self) -> None:
+        """No chunks; an unfinished tilt ends and m is what it was before it."""
         self._chunks.clear()
+        if self._tilt is not None:
+            self.m = self._tilt[0]
+            self._tilt = None
+
+    def tilt(self, m: float, ticks: int | None) -> None:
+        """Weigh by m for `ticks` control ticks, counted from the next action(), then by the m
+        of now again; ticks None: until reset()."""
+        if not np.isfinite(m):
+            raise ValueError(f"ensembling coefficient m={m} must be a finite number")
+        if ticks is not None and ticks < 0:
+            raise ValueError(f"ticks={ticks} must be >= 0")
+        base = self.m if self._tilt is None else self._tilt[0]
+        self.m = float(m)
+        self._tilt = [base, None if ticks is None else int(ticks), None]
 
     def add_chunk(self, start_tick: int, chunk: np.ndarray) -> None:
         chunk = _checked_chunk(chunk, self.chunk_size, self.action_dim)
@@ -97,6 +113,11 @@ class TemporalEnsembler:
 
     def action(self, tick: int) -> np.ndarray | None:
         """(A,) ensembled action for `tick`, or None when no stored chunk covers it."""
+        if self._tilt is not None and self._tilt[1] is not None:
+            if self._tilt[2] is None:
+                self._tilt[2] = tick
+            if tick - self._tilt[2] >= self._tilt[1]:
+                self.m, self._tilt = self._tilt[0], None
         self._chunks = [(s, c) for s, c in self._chunks if s + self.chunk_size > tick]
         live = [(s, c[tick - s]) for s, c in self._chunks if s <= tick]
         if not live:
@@ -154,12 +175,12 @@ class PolicyRuntime:
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
                  device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = False,
-                 m_after_change: float | None = None):
+                 m_after_change: float | None = None, after_change_s: float | None = None):
         """control_rate: Hz of the ticks the executor counts (the ensembling's time unit).
         colour_balance: scale each camera pair to the training light (policy/colour.py) when the
         checkpoint has a colour reference; `self.colour_balance` is None when it does not run.
-        m_after_change: the ensembling's m from a goal change (new_goal) to the episode's end;
-        None keeps m."""
+        m_after_change: the ensembling's m after a goal change (new_goal), None keeps m; for
+        after_change_s seconds of control ticks, then m again (None: to the episode's end)."""
         from arm_act.policy.device import resolve_device
 
         if backend not in BACKENDS:
@@ -175,6 +196,9 @@ class PolicyRuntime:
         self.control_rate = float(control_rate)
         self.m = float(m)
         self.m_after_change = self.m if m_after_change is None else float(m_after_change)
+        if after_change_s is not None and not (np.isfinite(after_change_s) and after_change_s >= 0):
+            raise ValueError(f"after_change_s={after_change_s} must be a finite number >= 0, or None")
+        self.after_change_s = after_change_s
         self.executor = make_executor(execution, self.config, m, self.control_rate)
         self.execution = execution
         reference = normalizer.image_reference
@@ -214,7 +238,8 @@ class PolicyRuntime:
                         threads: int | None = None, cameras: tuple[str, ...] | None = None,
                         image_size: int | None = None, backend: str = "torch",
                         device: str | torch.device = "cpu", control_rate: float = 50.0,
-                        colour_balance: bool = False, m_after_change: float | None = None) -> PolicyRuntime:
+                        colour_balance: bool = False, m_after_change: float | None = None,
+                        after_change_s: float | None = None) -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
@@ -223,7 +248,7 @@ class PolicyRuntime:
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
         return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
                    device=device, control_rate=control_rate, colour_balance=colour_balance,
-                   m_after_change=m_after_change)
+                   m_after_change=m_after_change, after_change_s=after_change_s)
 
     def reset(self) -> None:
         """A new episode: no chunks, and the ensembling back at m."""
@@ -233,12 +258,15 @@ class PolicyRuntime:
 
     def new_goal(self) -> None:
         """The instruction changed mid-episode: no chunks, and the ensembling at m_after_change
-        until the episode ends. The chunks that follow a change are predicted from states on the
-        way to the old goal's block; averaged oldest-first, as ACT's m > 0 does, the first of them
-        pull the grasp toward that block (docs/tasks.md, "The ensembling after a change")."""
+        for after_change_s, then at m. The chunks that follow a change are predicted from states
+        on the way to the old goal's block; averaged oldest-first, as ACT's m > 0 does, the first
+        of them pull the grasp toward that block. After the turn, m > 0 smooths the place again
+        (docs/tasks.md, "The ensembling after a change")."""
         self.executor.reset()
         if isinstance(self.executor, TemporalEnsembler):
-            self.executor.m = self.m_after_change
+            self.executor.m = self.m
+            ticks = None if self.after_change_s is None else round(self.after_change_s * self.control_rate)
+            self.executor.tilt(self.m_after_change, ticks)
 
     def _instruction_tokens(self, instruction: str):
         if instruction != self._instruction:  # tokenised once per episode, not per frame

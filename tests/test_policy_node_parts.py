@@ -448,8 +448,8 @@ def test_diagnostic_status_warns_on_bad_states_and_missing_inputs():
 
 # ---------------------------------------------------------------- parameters
 def test_parameter_changes_are_refused_by_when_they_may_change():
-    assert set(LIVE_PARAMETERS) == {"execution", "ensemble_m", "ensemble_m_after_change", "stale_timeout",
-                                    "max_joint_speed"}
+    assert set(LIVE_PARAMETERS) == {"execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s",
+                                    "stale_timeout", "max_joint_speed"}
     assert not set(LIVE_PARAMETERS) & set(CONFIGURE_PARAMETERS)
     assert not set(CONFIGURE_PARAMETERS) & set(FIXED_PARAMETERS)
     assert "restart" in refusal("mode", "lockstep", "unconfigured")
@@ -464,13 +464,16 @@ def test_parameter_changes_are_refused_by_when_they_may_change():
     assert refusal("ensemble_m", -1.0, "active")  # m >= 0; after a change newer chunks may weigh more
     assert refusal("ensemble_m_after_change", -1.0, "active") is None
     assert refusal("ensemble_m_after_change", 11.0, "active")
+    assert refusal("ensemble_after_change_s", 0.0, "active") is None
+    assert refusal("ensemble_after_change_s", -0.5, "active")
+    assert refusal("ensemble_after_change_s", float("inf"), "active")
 
 
 def test_a_live_ensemble_m_after_change_applies_from_the_next_change():
-    runtime = SimpleNamespace(m_after_change=0.1, set_control_rate=lambda rate: None)
+    runtime = SimpleNamespace(m_after_change=0.1, after_change_s=1.0, set_control_rate=lambda rate: None)
     node = SimpleNamespace(runtime=runtime, selector=None, control_rate=50)
-    apply_live(node, {"ensemble_m_after_change": -1.0})
-    assert runtime.m_after_change == -1.0
+    apply_live(node, {"ensemble_m_after_change": -1.0, "ensemble_after_change_s": 2.5})
+    assert (runtime.m_after_change, runtime.after_change_s) == (-1.0, 2.5)
 
 
 # ------------------------------------------------------------ InstructionCheck

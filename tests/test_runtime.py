@@ -63,6 +63,48 @@ def test_ensembling_weighs_time_so_a_faster_camera_keeps_the_same_horizon():
         TemporalEnsembler(m, K, A, interval_ticks=0)
 
 
+def _average(chunks, starts, tick, m):
+    """ACT's average of the chunks covering `tick`, weighted exp(-m i), i in 5-tick units."""
+    covering = [(s, c[tick - s]) for s, c in zip(starts, chunks, strict=True) if s <= tick < s + K]
+    weights = np.exp(-m * np.array([s - covering[0][0] for s, _ in covering]) / 5.0)
+    return (weights[:, None] * np.array([row for _, row in covering])).sum(0) / weights.sum()
+
+
+@pytest.mark.parametrize("ticks", [0, 3, 7])
+def test_a_tilt_weighs_by_its_m_for_its_ticks_then_by_the_m_of_before(ticks):
+    chunks, starts = _chunks(10), list(range(10))
+    ensembler = TemporalEnsembler(0.1, K, A)
+    ensembler.tilt(-1.0, ticks)
+    for tick in range(10):
+        ensembler.add_chunk(starts[tick], chunks[tick])
+        m = -1.0 if tick < ticks else 0.1  # counted from the first action() after the tilt
+        np.testing.assert_allclose(ensembler.action(tick), _average(chunks, starts, tick, m), rtol=1e-12)
+        assert ensembler.m == m
+
+
+def test_a_tilt_ends_at_reset_and_a_second_tilt_goes_back_to_the_first_m():
+    ensembler = TemporalEnsembler(0.1, K, A)
+    ensembler.tilt(-1.0, 5)
+    ensembler.tilt(-2.0, 5)  # before the first ended: back to 0.1 after, not to -1.0
+    for tick in range(5):
+        ensembler.action(tick)
+        assert ensembler.m == -2.0
+    ensembler.action(5)
+    assert ensembler.m == 0.1
+    ensembler.tilt(-1.0, None)  # until reset
+    ensembler.action(1000)
+    assert ensembler.m == -1.0
+    ensembler.reset()
+    assert ensembler.m == 0.1
+    ensembler.tilt(-1.0, 50)
+    ensembler.reset()  # an unfinished tilt ends with the episode
+    assert ensembler.m == 0.1
+    with pytest.raises(ValueError, match="m=nan"):
+        ensembler.tilt(float("nan"), 5)
+    with pytest.raises(ValueError, match="ticks=-1"):
+        ensembler.tilt(0.0, -1)
+
+
 def test_ensembler_with_latency_uses_the_chunk_from_its_start_tick():
     ensembler = TemporalEnsembler(0.1, K, A)
     (chunk,) = _chunks(1)

@@ -196,6 +196,21 @@ def test_after_a_new_instruction_the_ensembling_weighs_by_m_after_change():
     assert runtime.executor.m == 0.1
 
 
+def test_m_after_change_holds_for_after_change_s_then_m_smooths_again():
+    images = {c: np.full((32, 32, 3), 100, np.uint8) for c in ("front", "wrist")}
+    runtime = _runtime("ensemble", m=0.1)
+    runtime.m_after_change, runtime.after_change_s = -1.0, 0.1  # 5 ticks at 50 Hz
+    selector = ActionSelector(runtime, 1, CommandLimiter(1e6, 50.0))
+    selector.reset(POSE)
+    selector.select_action(0, POSE, INSTRUCTION, images)
+    selector.select_action(10, POSE, "put the blue block in the box", images)  # the change, at tick 10
+    for tick in range(11, 15):
+        selector.select_action(tick, POSE, "put the blue block in the box", None)
+        assert runtime.executor.m == -1.0
+    selector.select_action(15, POSE, "put the blue block in the box", None)
+    assert runtime.executor.m == 0.1
+
+
 def test_bad_use_is_an_error():
     with pytest.raises(ValueError, match="latency_ticks=-1"):
         ActionSelector(_runtime(), -1, CommandLimiter(3.0, 50.0))

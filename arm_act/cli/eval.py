@@ -138,8 +138,8 @@ def add_setting(parser, name: str, **overrides) -> None:
 
 
 # The settings every run of a checkpoint takes (policy_node's parameters, InferenceConfig).
-EVAL_SETTINGS = ("execution", "ensemble_m", "ensemble_m_after_change", "threads", "device", "backend",
-                 "max_joint_speed", "assist", "regrasps", "retry")
+EVAL_SETTINGS = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "threads",
+                 "device", "backend", "max_joint_speed", "assist", "regrasps", "retry")
 CHECKPOINT_DEFAULT = "the checkpoint's inference.json"
 
 

@@ -278,6 +278,7 @@ class PolicyRunner:
             "backend": runtime.backend,
             "ensemble_m": settings.ensemble_m,
             "ensemble_m_after_change": settings.ensemble_m_after_change,
+            "ensemble_after_change_s": settings.ensemble_after_change_s,
             "latency_ticks": self.latency_ticks,
             "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
             "ideal": bool(settings.ideal),
@@ -300,7 +301,8 @@ class PolicyRunner:
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
             backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz,
-            colour_balance=settings.assist, m_after_change=settings.ensemble_m_after_change)
+            colour_balance=settings.assist, m_after_change=settings.ensemble_m_after_change,
+            after_change_s=settings.ensemble_after_change_s)
         measured = None
         if settings.ideal:
             latency_ticks = 0
