@@ -86,9 +86,6 @@ class Goal:
 
 
 # Templates: {c} the moved block's colour, {r} the reference's, {rel} the relation's words.
-# The last two of each family name the place first: trained on block-first sentences alone,
-# the network takes the first colour it reads for the block to move (docs/tasks.md, "It is
-# the word order, not the words").
 _TRAINING = {
     "box": (
         "put the {c} block in the box",
@@ -96,8 +93,6 @@ _TRAINING = {
         "put the {c} one in the box",
         "drop the {c} block into the box",
         "move the {c} block into the box",
-        "in the box put the {c} block",
-        "into the box place the {c} block",
     ),
     "stack": (
         "stack the {c} block on the {r} block",
@@ -105,16 +100,12 @@ _TRAINING = {
         "place the {c} block onto the {r} block",
         "put the {c} one on top of the {r} one",
         "stack the {c} block on top of the {r} block",
-        "onto the {r} block put the {c} block",
-        "on top of the {r} one place the {c} one",
     ),
     "relation": (
         "put the {c} block {rel} the {r} block",
         "place the {c} block {rel} the {r} block",
         "move the {c} one {rel} the {r} one",
         "put the {c} block {rel} the {r} one",
-        "{rel} the {r} one place the {c} one",
-        "{rel} the {r} block move the {c} block",
     ),
 }
 _HELD_OUT = {
