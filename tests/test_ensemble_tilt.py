@@ -2,9 +2,6 @@
 reset and goal change must not put another m back on the executor."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,17 +10,13 @@ from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 from arm_act.policy.runtime import PolicyRuntime
+from tests.benchmark_scripts import load
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ensemble_tilt.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("ensemble_tilt", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("ensemble_tilt")
 
 
 def _runtime() -> PolicyRuntime:

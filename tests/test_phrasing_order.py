@@ -2,28 +2,24 @@
 to move named before or after its place) and by template."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from arm_act.sim.instructions import COLOURS, Goal, instructions_for
+from tests.benchmark_scripts import BENCHMARKS, load
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "phrasing_order.py"
+SCRIPT = BENCHMARKS / "phrasing_order.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("phrasing_order", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("phrasing_order")
 
 
 goals = st.one_of(

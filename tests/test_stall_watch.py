@@ -2,18 +2,15 @@
 of a bench run's late periods with the stalls around them."""
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("stall_watch", ROOT / "benchmarks" / "stall_watch.py")
-stall_watch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stall_watch)
+from tests.benchmark_scripts import load
+
+stall_watch = load("stall_watch")
 
 pytestmark = pytest.mark.unit
 
