@@ -184,10 +184,12 @@ def test_grasp_tracker_counts_a_grasp_that_closed_on_nothing():
         record = tracker.record()
         assert result.success and record["grasps"] == 2 and record["first_grasp_missed"]
         assert np.linalg.norm(record["first_grasp_offset_cm"]) > 10  # nowhere near the block
+        assert len(record["grasps_xy_cm"]) == 2 and record["grasps_xy_cm"][0] > 10 > record["grasps_xy_cm"][1]
 
         plain = GraspTracker(env)
         run_episode(env, ExpertAgent(), SEED, 2, render=False, on_tick=plain.on_tick)
         assert plain.record()["grasps"] == 1 and not plain.record()["first_grasp_missed"]
+        assert plain.record()["grasps_xy_cm"] == [plain.record()["first_grasp_xy_cm"]]
         assert np.linalg.norm(plain.record()["first_grasp_offset_cm"][:2]) < 1.0
     finally:
         env.close()

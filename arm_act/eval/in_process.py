@@ -171,13 +171,15 @@ class GraspTracker:
     lifted (centre above LIFTED_Z) before the gripper opened again or the episode ended:
     the fingers closed on nothing, or on a block they did not hold. offset: grasp point
     minus named block (cm) when the first attempt closed; its horizontal length is the grasp
-    error that evaluation summaries report (first_grasp_xy_cm)."""
+    error that evaluation summaries report (first_grasp_xy_cm). grasps_xy_cm: the horizontal
+    grasp error of every attempt when it closed, in order, to see where retries land."""
 
     def __init__(self, env) -> None:
         self.env = env
         self.grasps = 0
         self.first_held = False
         self.first_offset: list[float] | None = None
+        self.xy_cm: list[float | None] = []
         self._closed = False
 
     def on_tick(self, obs, cmd) -> None:
@@ -185,8 +187,10 @@ class GraspTracker:
         closed = cmd.gripper < CLOSED_COMMAND
         if closed and not self._closed:
             self.grasps += 1
-            if self.grasps == 1 and block is not None:
-                self.first_offset = [round(100 * float(v), 2) for v in self.env.grasp_point() - block]
+            offset = None if block is None else self.env.grasp_point() - block
+            self.xy_cm.append(None if offset is None else round(100 * math.hypot(*offset[:2]), 2))
+            if self.grasps == 1 and offset is not None:
+                self.first_offset = [round(100 * float(v), 2) for v in offset]
         if closed and self.grasps == 1 and block is not None and block[2] > LIFTED_Z:
             self.first_held = True
         self._closed = closed
@@ -195,7 +199,7 @@ class GraspTracker:
         xy = None if self.first_offset is None else round(math.hypot(*self.first_offset[:2]), 2)
         return {"grasps": self.grasps, "first_grasp_missed": bool(self.grasps >= 1 and not self.first_held),
                 "first_grasp_held": bool(self.first_held), "first_grasp_offset_cm": self.first_offset,
-                "first_grasp_xy_cm": xy}
+                "first_grasp_xy_cm": xy, "grasps_xy_cm": list(self.xy_cm)}
 
 
 def _ticks(*callbacks):
