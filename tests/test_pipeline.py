@@ -339,6 +339,27 @@ def test_regrasp_recipe_is_the_grasp_recipe_plus_a_miss_round():
 
 
 @pytest.mark.unit
+def test_push_demo_recipes_extend_the_default_recipe():
+    """config/pipeline_push_demos.yaml: the default recipe with a third stage-1 collection in
+    the push world; _r4 adds one round after push_3 in the push world with a drawn handover
+    time, driven by push_3's checkpoint and trained on everything, then the same evaluations."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    demos = Pipeline(load(ROOT / "config" / "pipeline_push_demos.yaml"), Path("/run")).stages
+    r4 = Pipeline(load(ROOT / "config" / "pipeline_push_demos_r4.yaml"), Path("/run")).stages
+    assert [s.name for s in demos] == [*(s.name for s in default[:2]), "collect_demos_push",
+                                       *(s.name for s in default[2:])]
+    assert demos[2].params["world"] == "push" and demos[2].params["episodes"] == 200
+    assert [(s.name, s.params) for s in r4[:10]] == [(s.name, s.params) for s in demos[:10]]
+    collect, train = r4[10:12]
+    assert (collect.name, collect.params["world"], collect.params["handover"]) == ("collect_push_4", "push",
+                                                                                   (1.5, 10.0))
+    assert collect.params["policy"] == "/run/checkpoints/push_3" and train.name == "train_push_4"
+    assert train.params["data"][-1] == "/run/data/push_4" and len(train.params["data"]) == 7
+    assert [s.name for s in r4[12:]] == [s.name for s in demos[10:]]
+    assert all(s.params["policy"] == "/run/checkpoints/push_4" for s in r4[12:14])
+
+
+@pytest.mark.unit
 def test_a_collection_counts_only_complete_bags(tmp_path, monkeypatch):
     """An episode whose writer died is set aside as <name>.incomplete by collect: the stage's
     manifest counts it apart, and it never stands in for a missing episode."""
