@@ -7,9 +7,13 @@ the install steps); never part of `make test`.
     # 2. LeRobot's ACT: `lerobot-train` for laps x budget minutes of wall time, checkpoints on the way
     LEROBOT_VENV/bin/python benchmarks/lerobot_peer.py train --dataset datasets/peer --run runs/peer_act \
         --budget-min 55 --laps 3
-    # 3. each lap's checkpoint through LeRobot's eval loop on arm_act/PickPlace-v0
+    # 3. each lap's checkpoint through LeRobot's eval loop on arm_act/PickPlace-v0, in a world of
+    #    `arm-act eval` (--blocks, --robustness); a lap already evaluated on the same settings is
+    #    skipped, so the command resumes
     LEROBOT_VENV/bin/python benchmarks/lerobot_peer.py eval --run runs/peer_act --episodes 200 \
         --seed 100000 --out benchmarks/results/lerobot_peer/results.json
+    LEROBOT_VENV/bin/python benchmarks/lerobot_peer.py eval --run runs/peer_act --episodes 200 \
+        --seed 400000 --robustness push --out benchmarks/results/lerobot_peer/results.json
 
 What is LeRobot's and what is ours:
 - Training is `lerobot-train` itself (a subprocess of the package's CLI) with ACTConfig's
@@ -174,35 +178,103 @@ def _chunk_ms(policy, preprocessor, batch, repeats: int) -> dict:
     return {"p50": round(statistics.median(times), 2), "max": round(max(times), 2), "n": repeats}
 
 
-def evaluate(checkpoint: Path, episodes: int, seed: int, n_envs: int, repeats: int) -> dict:
+def _rollouts(checkpoint: Path, episodes: int, seed: int, n_envs: int, blocks: str,
+              robustness: str | None, threads: int, ours: bool = False) -> tuple[list[dict], float]:
+    """LeRobot's eval_policy on seeds seed .. seed + episodes - 1: (per_episode, seconds). The
+    policy is LeRobot's ACTPolicy with its saved processors, or with ours=True an arm_act
+    checkpoint behind lerobot_proof's wrapper (the network alone, latency 1 tick), which sees
+    the same LeRobot batch."""
     import torch
     from lerobot.envs import close_envs, make_env, make_env_pre_post_processors
-    from lerobot.envs.utils import preprocess_observation
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
     from lerobot.scripts.lerobot_eval import eval_policy
     from lerobot_proof import _lerobot_classes
 
     import arm_act.gym  # noqa: F401 - registers arm_act/PickPlace-v0
 
-    env_cfg_cls = _lerobot_classes()[0]
-    env_cfg = env_cfg_cls()
-    policy = ACTPolicy.from_pretrained(str(checkpoint)).eval()
-    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(checkpoint))
+    torch.set_num_threads(threads)
+    env_cfg_cls, policy_cfg_cls, _, ours_cls = _lerobot_classes()
+    env_cfg = env_cfg_cls(blocks=blocks, robustness=robustness)
     envs = make_env(env_cfg, n_envs=n_envs)
     vec = envs["arm_act"][0]
-    env_pre, env_post = make_env_pre_post_processors(env_cfg, policy.config)
+    if ours:
+        from lerobot.processor import PolicyProcessorPipeline
+        from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
+
+        policy_cfg = policy_cfg_cls(device="cpu", camera_every=env_cfg.fps // env_cfg.camera_rate)
+        policy = ours_cls(policy_cfg, vec, checkpoint)
+        pre = PolicyProcessorPipeline(steps=[])
+        post = PolicyProcessorPipeline(steps=[], to_transition=policy_action_to_transition,
+                                       to_output=transition_to_policy_action)
+    else:
+        from lerobot.policies.act.modeling_act import ACTPolicy
+        from lerobot.policies.factory import make_pre_post_processors
+
+        policy = ACTPolicy.from_pretrained(str(checkpoint)).eval()
+        policy_cfg = policy.config
+        pre, post = make_pre_post_processors(policy_cfg, pretrained_path=str(checkpoint))
+    env_pre, env_post = make_env_pre_post_processors(env_cfg, policy_cfg)
     t0 = time.time()
     try:
         with torch.inference_mode():
             info = eval_policy(vec, policy, env_pre, env_post, pre, post, n_episodes=episodes, start_seed=seed)
     finally:
-        eval_s = time.time() - t0
         close_envs(envs)
+    return [{"seed": e["seed"], "success": bool(e["success"])} for e in info["per_episode"]], time.time() - t0
+
+
+def _sharded(checkpoint: Path, episodes: int, seed: int, n_envs: int, blocks: str, robustness: str | None,
+             workers: int, ours: bool = False) -> tuple[list[dict], float, int]:
+    """_rollouts over contiguous seed ranges, one process each: (per_episode, seconds, shards)."""
+    import torch
+
+    shards = _shards(episodes, seed, workers, n_envs)
+    t0 = time.time()
+    if len(shards) == 1:
+        per, _ = _rollouts(checkpoint, episodes, seed, n_envs, blocks, robustness, torch.get_num_threads(), ours)
+    else:  # 1 torch thread each: the workers share the machine's cores
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(len(shards), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_rollouts, checkpoint, n, first, n_envs, blocks, robustness, 1, ours)
+                       for first, n in shards]
+            per = [e for f in futures for e in f.result()[0]]
+    return per, time.time() - t0, len(shards)
+
+
+def _shards(episodes: int, seed: int, workers: int, n_envs: int) -> list[tuple[int, int]]:
+    """(first seed, episodes) per worker: contiguous seed ranges, each a multiple of n_envs
+    except the last, so that together they are exactly seed .. seed + episodes - 1."""
+    per = -(-episodes // workers)
+    per = -(-per // n_envs) * n_envs
+    out, start = [], 0
+    while start < episodes:
+        out.append((seed + start, min(per, episodes - start)))
+        start += per
+    return out
+
+
+def evaluate(checkpoint: Path, episodes: int, seed: int, n_envs: int, repeats: int, blocks: str = "2-5",
+             robustness: str | None = None, workers: int = 1) -> dict:
+    """A LeRobot ACT checkpoint on `episodes` seeds from `seed`, and the time of one chunk."""
+    import torch
+    from lerobot.envs import make_env_pre_post_processors
+    from lerobot.envs.utils import preprocess_observation
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot_proof import _lerobot_classes
+
+    import arm_act.gym  # noqa: F401 - registers arm_act/PickPlace-v0
+
+    per, eval_s, shards = _sharded(checkpoint, episodes, seed, n_envs, blocks, robustness, workers)
+    env_cfg = _lerobot_classes()[0](blocks=blocks, robustness=robustness)
+    policy = ACTPolicy.from_pretrained(str(checkpoint)).eval()
+    pre, _ = make_pre_post_processors(policy.config, pretrained_path=str(checkpoint))
+    env_pre, _ = make_env_pre_post_processors(env_cfg, policy.config)
     # One observation of one env, as the policy sees it, for the chunk timing.
     import gymnasium as gym
 
-    env = gym.make("arm_act/PickPlace-v0", blocks=env_cfg.blocks)
+    env = gym.make("arm_act/PickPlace-v0", blocks=env_cfg.blocks, robustness=env_cfg.robustness)
     try:
         observation, reset_info = env.reset(seed=seed)
         batch = preprocess_observation({k: (v[None] if not isinstance(v, dict) else {c: x[None] for c, x in v.items()})
@@ -213,15 +285,16 @@ def evaluate(checkpoint: Path, episodes: int, seed: int, n_envs: int, repeats: i
         timing = _chunk_ms(policy, pre, batch, repeats)
     finally:
         env.close()
-    per = info["per_episode"]
-    return {"checkpoint": str(checkpoint), "episodes": episodes, "start_seed": seed,
-            "successes": int(sum(bool(e["success"]) for e in per)), "pc_success": info["aggregated"]["pc_success"],
+    successes = sum(e["success"] for e in per)
+    return {"checkpoint": str(checkpoint), "episodes": episodes, "start_seed": seed, "blocks": blocks,
+            "robustness": robustness, "workers": shards,
+            "successes": successes, "pc_success": round(100.0 * successes / len(per), 2),
             "parameters": sum(p.numel() for p in policy.parameters()),
             # The VAE encoder runs only in training (inference takes the latent as zero).
             "parameters_without_vae": sum(p.numel() for n, p in policy.named_parameters()
                                           if not n.startswith("model.vae_encoder")),
             "chunk_ms_1_thread": timing, "eval_s": round(eval_s, 1),
-            "per_episode": [{"seed": e["seed"], "success": bool(e["success"])} for e in per]}
+            "per_episode": per}
 
 
 def eval_laps(args) -> int:
@@ -231,15 +304,16 @@ def eval_laps(args) -> int:
         return 1
     timeline = _load_timeline(args.run)
     report = {"run": args.run.name, "budget_min": round(timeline["budget_s"] / 60, 1), "laps": []}
-    if args.out.is_file():  # resumable: laps already evaluated on these settings are kept
-        old = json.loads(args.out.read_text())
-        report["laps"] = [lap for lap in old.get("laps", [])
-                          if lap.get("episodes") == args.episodes and lap.get("start_seed") == args.seed]
-    done = {lap["step"] for lap in report["laps"]}
+    if args.out.is_file():  # resumable: every lap already evaluated is kept, on any settings
+        report["laps"] = json.loads(args.out.read_text()).get("laps", [])
+    same = {"episodes": args.episodes, "start_seed": args.seed, "blocks": args.blocks, "robustness": args.robustness}
+    done = {lap["step"] for lap in report["laps"]
+            if all(lap.get(k, "2-5" if k == "blocks" else None) == v for k, v in same.items())}
     for lap in laps:
         if lap["step"] in done:
             continue
-        result = evaluate(lap["path"], args.episodes, args.seed, args.n_envs, args.repeats)
+        result = evaluate(lap["path"], args.episodes, args.seed, args.n_envs, args.repeats, args.blocks,
+                          args.robustness, args.workers)
         entry = {**{k: v for k, v in lap.items() if k != "path"}, **result}
         entry["checkpoint"] = str(Path(entry["checkpoint"]).relative_to(args.run.parent))
         report["laps"].append(entry)
@@ -248,6 +322,77 @@ def eval_laps(args) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def eval_ours(args) -> int:
+    """Our checkpoint through the same loop, worlds and seeds: results.json's "ours" entries."""
+    report = json.loads(args.out.read_text()) if args.out.is_file() else {"laps": []}
+    key = {"checkpoint": str(args.checkpoint), "episodes": args.episodes, "start_seed": args.seed,
+           "blocks": args.blocks, "robustness": args.robustness}
+    if any(all(entry.get(k) == v for k, v in key.items()) for entry in report.get("ours", [])):
+        print(f"lerobot_peer: {args.checkpoint} already evaluated on these settings in {args.out}")
+        return 0
+    per, eval_s, shards = _sharded(args.checkpoint, args.episodes, args.seed, args.n_envs, args.blocks,
+                                   args.robustness, args.workers, ours=True)
+    successes = sum(e["success"] for e in per)
+    report.setdefault("ours", []).append({**key, "policy": "arm_act checkpoint, network alone, latency 1 tick",
+                                          "workers": shards, "successes": successes,
+                                          "pc_success": round(100.0 * successes / len(per), 2),
+                                          "eval_s": round(eval_s, 1), "per_episode": per})
+    print(f"lerobot_peer: ours {args.checkpoint}: {successes}/{args.episodes}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+def training_curve(args) -> int:
+    """The loss lerobot-train logged (train.log), per logged step, as JSON and a figure: the
+    total loss and its L1 part (normalised actions), with each lap's checkpoint marked."""
+    import re
+
+    run: Path = args.run
+    config = json.loads((run / "train" / "checkpoints" / "last" / "pretrained_model" / "train_config.json").read_text())
+    every = int(config["log_freq"])
+    pattern = re.compile(r" step:\S+ .* loss:([0-9.]+) .* l1_loss:([0-9.]+)")
+    rows = [m.groups() for m in map(pattern.search, (run / "train.log").read_text().splitlines()) if m]
+    if not rows:
+        print(f"lerobot_peer: no logged step in {run / 'train.log'}", file=sys.stderr)
+        return 1
+    steps = [every * (i + 1) for i in range(len(rows))]
+    out = {"log_every": every, "steps": steps, "loss": [float(r[0]) for r in rows],
+           "l1_loss": [float(r[1]) for r in rows],
+           "laps": [{k: v for k, v in lap.items() if k != "path"} for lap in lap_checkpoints(run)]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "training_curve.json").write_text(json.dumps(out) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    ax.plot(steps, out["l1_loss"], lw=1, label="L1 loss (normalised actions)")
+    ax.plot(steps, out["loss"], lw=1, alpha=0.6, label="total loss (L1 + 10 x KL)")
+    for lap in out["laps"]:
+        ax.axvline(lap["step"], color="grey", ls="--", lw=0.8)
+        ax.annotate(f"lap {lap['lap']} ({lap['saved_at_min']} min)", (lap["step"], 0.97),
+                    xycoords=("data", "axes fraction"), ha="right", va="top", fontsize=8)
+    ax.set(yscale="log", xlabel="training step (batch 8)", ylabel="loss",
+           title="LeRobot ACT on arm_act demonstrations: lerobot-train's logged loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "training_curve.png")
+    print(f"lerobot_peer: {len(rows)} logged steps -> {args.out / 'training_curve.png'}")
+    return 0
+
+
+def _world_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--seed", type=int, default=100000)
+    p.add_argument("--n-envs", type=int, default=2)
+    p.add_argument("--blocks", default="2-5", help="blocks on the table, as arm-act eval --blocks")
+    p.add_argument("--robustness", default=None, help="a robustness world, as arm-act eval --robustness")
+    p.add_argument("--workers", type=int, default=1, help="processes, each on its own range of seeds")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/lerobot_peer/results.json")
 
 
 def main() -> int:
@@ -265,13 +410,16 @@ def main() -> int:
     t.add_argument("--seed", type=int, default=1000)
     e = sub.add_parser("eval", help="each lap's checkpoint through LeRobot's eval loop on our env")
     e.add_argument("--run", type=Path, required=True)
-    e.add_argument("--episodes", type=int, default=200)
-    e.add_argument("--seed", type=int, default=100000)
-    e.add_argument("--n-envs", type=int, default=2)
-    e.add_argument("--repeats", type=int, default=30)
-    e.add_argument("--out", type=Path, default=REPO / "benchmarks/results/lerobot_peer/results.json")
+    e.add_argument("--repeats", type=int, default=30, help="chunk timings")
+    _world_args(e)
+    o = sub.add_parser("ours", help="an arm_act checkpoint through the same loop, worlds and seeds")
+    o.add_argument("--checkpoint", type=Path, required=True)
+    _world_args(o)
+    c = sub.add_parser("curve", help="the logged training loss as JSON and a figure")
+    c.add_argument("--run", type=Path, required=True)
+    c.add_argument("--out", type=Path, default=REPO / "benchmarks/results/lerobot_peer")
     args = parser.parse_args()
-    return train(args) if args.mode == "train" else eval_laps(args)
+    return {"train": train, "eval": eval_laps, "ours": eval_ours, "curve": training_curve}[args.mode](args)
 
 
 if __name__ == "__main__":

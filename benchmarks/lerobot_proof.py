@@ -6,11 +6,12 @@ Not part of the test suite (`make test` never imports benchmarks/): LeRobot need
 and its own torch, so it runs in a virtual environment of its own, apart from the project's:
 
     python3.12 -m venv LEROBOT_VENV
-    LEROBOT_VENV/bin/pip install "lerobot[dataset,evaluation]==0.6.1"
+    LEROBOT_VENV/bin/pip install "lerobot[dataset,evaluation,training]==0.6.1"   # training: lerobot_peer.py
     LEROBOT_VENV/bin/pip install --no-deps -e REPO                  # arm_act without its ROS deps
     LEROBOT_VENV/bin/pip install pybullet==3.2.7 rosbags==0.11.9 mcap==1.6.0   # what arm_act.gym imports
-    # optional, for LeRobot's default video backend torchcodec: the system's FFmpeg libraries
-    # (Debian: apt-get install libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ...)
+    # for LeRobot's default video backend torchcodec (without them LeRobot falls back to PyAV):
+    # the system's FFmpeg libraries (Debian 12: apt-get install libavutil57 libavcodec59
+    # libavformat59 libswscale6 libavdevice59 libavfilter8)
 
     LEROBOT_VENV/bin/python benchmarks/lerobot_proof.py --project-python REPO/.venv/bin/python
 
@@ -215,6 +216,7 @@ def _lerobot_classes():
         task: str | None = "PickPlace-v0"
         fps: int = 50
         blocks: str = "2-5"
+        robustness: str | None = None  # a robustness world of `arm-act eval --robustness`
         time_limit: float = 20.0
         camera_rate: int = 10
         features: dict = field(default_factory=lambda: {
@@ -234,7 +236,8 @@ def _lerobot_classes():
 
         @property
         def gym_kwargs(self) -> dict:
-            return {"blocks": self.blocks, "time_limit": self.time_limit, "control_rate": self.fps,
+            return {"blocks": self.blocks, "robustness": self.robustness, "time_limit": self.time_limit,
+                    "control_rate": self.fps,
                     "camera_rate": self.camera_rate, "max_episode_steps": int(round(self.time_limit * self.fps))}
 
     @PreTrainedConfig.register_subclass("arm_act_wrapper")
