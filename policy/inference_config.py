@@ -23,6 +23,7 @@ INFERENCE_FILE = "inference.json"
 EXECUTIONS = ("ensemble", "queue")
 BACKENDS = ("torch", "onnx")
 RETRIES = ("reflex", "policy")
+GRIPPERS = ("binary", "continuous")
 
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
@@ -51,6 +52,9 @@ class InferenceConfig:
         "ensemble_m again, which smooths the place", low=0.0, high=60.0, live=True, unit="s")
     latency_ticks: int = setting(1, "lockstep: a chunk from the camera pair of tick c is used from tick "
                                  "c + latency_ticks", low=0, high=50, unit="control ticks")
+    gripper: str = setting("binary", "gripper command: binary (the executor's opening snapped to fully open above "
+                           "the middle of its range, else closed) or continuous (the executor's opening as it "
+                           "is; averaged chunks that disagree give a half-open gripper)", choices=GRIPPERS, live=True)
     max_joint_speed: float = setting(3.0, "clamp on commanded joint motion", low=0.0, low_open=True, high=10.0,
                                      live=True, unit="rad/s")
     stale_timeout: float = setting(0.5, "observations older than this make policy_node hold its last command",
@@ -128,8 +132,8 @@ class InferenceConfig:
 
 # How the policy behaves, as opposed to how this machine runs it (threads, backend, device,
 # latency_ticks): `arm-act eval` takes these from a checkpoint's inference.json unless given.
-BEHAVIOUR = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "max_joint_speed",
-             "stale_timeout", "assist", "regrasps", "retry")
+BEHAVIOUR = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "gripper",
+             "max_joint_speed", "stale_timeout", "assist", "regrasps", "retry")
 
 
 def save_inference_config(directory, config: InferenceConfig) -> Path:

@@ -36,7 +36,7 @@ import torch
 from arm_act.policy.checkpoint import load_checkpoint
 from arm_act.policy.colour import ColourBalance
 from arm_act.policy.config import PolicyConfig
-from arm_act.policy.inference_config import BACKENDS
+from arm_act.policy.inference_config import BACKENDS, GRIPPERS
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
 
@@ -175,16 +175,22 @@ class PolicyRuntime:
     def __init__(self, model: ACTPolicy, normalizer: Normalizer, execution: str = "ensemble",
                  m: float = 0.1, threads: int | None = None, backend: str = "torch",
                  device: str | torch.device = "cpu", control_rate: float = 50.0, colour_balance: bool = False,
-                 m_after_change: float | None = None, after_change_s: float | None = None):
+                 m_after_change: float | None = None, after_change_s: float | None = None,
+                 gripper: str = "binary"):
         """control_rate: Hz of the ticks the executor counts (the ensembling's time unit).
         colour_balance: scale each camera pair to the training light (policy/colour.py) when the
         checkpoint has a colour reference; `self.colour_balance` is None when it does not run.
         m_after_change: the ensembling's m after a goal change (new_goal), None keeps m; for
-        after_change_s seconds of control ticks, then m again (None: to the episode's end)."""
+        after_change_s seconds of control ticks, then m again (None: to the episode's end).
+        gripper: binary or continuous, how the executor's gripper opening becomes a command
+        (`gripper_command`)."""
         from arm_act.policy.device import resolve_device
 
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} must be one of {list(BACKENDS)}")
+        if gripper not in GRIPPERS:
+            raise ValueError(f"gripper={gripper!r} must be one of {list(GRIPPERS)}")
+        self.gripper = gripper
         self.device = resolve_device(device)  # DeviceError (a ValueError) when it is not there
         self.model = model.eval().to(self.device)
         self.config: PolicyConfig = model.config
@@ -239,7 +245,7 @@ class PolicyRuntime:
                         image_size: int | None = None, backend: str = "torch",
                         device: str | torch.device = "cpu", control_rate: float = 50.0,
                         colour_balance: bool = False, m_after_change: float | None = None,
-                        after_change_s: float | None = None) -> PolicyRuntime:
+                        after_change_s: float | None = None, gripper: str = "binary") -> PolicyRuntime:
         expected = {}
         if cameras is not None:
             expected["cameras"] = list(cameras)
@@ -248,7 +254,7 @@ class PolicyRuntime:
         model, normalizer, _ = load_checkpoint(directory, expected=expected or None)
         return cls(model, normalizer, execution=execution, m=m, threads=threads, backend=backend,
                    device=device, control_rate=control_rate, colour_balance=colour_balance,
-                   m_after_change=m_after_change, after_change_s=after_change_s)
+                   m_after_change=m_after_change, after_change_s=after_change_s, gripper=gripper)
 
     def reset(self) -> None:
         """A new episode: no chunks, and the ensembling back at m."""
@@ -346,7 +352,20 @@ class PolicyRuntime:
         action = self.executor.action(tick)
         if action is None:
             return None
-        return action[:ARM_JOINTS].copy(), float(action[ARM_JOINTS])
+        return action[:ARM_JOINTS].copy(), gripper_command(float(action[ARM_JOINTS]), self.gripper)
+
+
+def gripper_command(opening: float, mode: str) -> float:
+    """The gripper command for the executor's opening (m). continuous: the opening itself.
+    binary: fully open above the middle of GRIPPER_RANGE, else closed. The executor averages
+    overlapping chunks; where some chunks close the gripper and others open it (after a grasp
+    that missed), the average is a half-open command that neither grasps nor lets go, and the
+    arm hovers. Snapped, the command follows the chunks' majority by weight: a decision, as a
+    two-class gripper output would give."""
+    if mode == "continuous":
+        return opening
+    low, high = GRIPPER_RANGE
+    return high if opening > 0.5 * (low + high) else low
 
 
 def measure_latency_ticks(runtime: PolicyRuntime, control_rate: float, calls: int = 50,

@@ -449,7 +449,7 @@ def test_diagnostic_status_warns_on_bad_states_and_missing_inputs():
 # ---------------------------------------------------------------- parameters
 def test_parameter_changes_are_refused_by_when_they_may_change():
     assert set(LIVE_PARAMETERS) == {"execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s",
-                                    "stale_timeout", "max_joint_speed"}
+                                    "gripper", "stale_timeout", "max_joint_speed"}
     assert not set(LIVE_PARAMETERS) & set(CONFIGURE_PARAMETERS)
     assert not set(CONFIGURE_PARAMETERS) & set(FIXED_PARAMETERS)
     assert "restart" in refusal("mode", "lockstep", "unconfigured")
@@ -467,6 +467,14 @@ def test_parameter_changes_are_refused_by_when_they_may_change():
     assert refusal("ensemble_after_change_s", 0.0, "active") is None
     assert refusal("ensemble_after_change_s", -0.5, "active")
     assert refusal("ensemble_after_change_s", float("inf"), "active")
+    assert refusal("gripper", "continuous", "active") is None
+    assert "one of ['binary', 'continuous']" in refusal("gripper", "half", "active")
+
+
+def test_a_live_gripper_mode_applies_to_the_next_command():
+    runtime = SimpleNamespace(gripper="binary")
+    apply_live(SimpleNamespace(runtime=runtime, selector=None, control_rate=50), {"gripper": "continuous"})
+    assert runtime.gripper == "continuous"
 
 
 def test_a_live_ensemble_m_after_change_applies_from_the_next_change():

@@ -3,11 +3,20 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.model import ACTPolicy
 from arm_act.policy.normalizer import Normalizer
-from arm_act.policy.runtime import ChunkQueue, PolicyRuntime, TemporalEnsembler, make_executor
+from arm_act.policy.runtime import (
+    GRIPPER_RANGE,
+    ChunkQueue,
+    PolicyRuntime,
+    TemporalEnsembler,
+    gripper_command,
+    make_executor,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -163,7 +172,37 @@ def test_runtime_predicts_unnormalised_chunks_and_attention():
         np.testing.assert_array_equal(images[c], before[c])  # inputs not mutated
     runtime.add_chunk(0, pred.actions)
     arm, gripper = runtime.action(0)
+    np.testing.assert_allclose(arm, pred.actions[0, :7])
+    assert gripper == (0.04 if pred.actions[0, 7] > 0.02 else 0.0)  # binary, the default
+    runtime.gripper = "continuous"
+    arm, gripper = runtime.action(0)
     np.testing.assert_allclose(np.append(arm, gripper), pred.actions[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1.0, max_value=1.0))
+def test_binary_gripper_is_open_or_closed_at_the_middle_of_the_range(opening):
+    low, high = GRIPPER_RANGE
+    snapped = gripper_command(opening, "binary")
+    assert snapped == (high if opening > 0.5 * (low + high) else low)
+    assert gripper_command(opening, "continuous") == opening
+
+
+def test_binary_gripper_follows_the_weighted_majority_of_disagreeing_chunks():
+    """After a grasp that closed on nothing, older chunks still say closed and newer ones open:
+    their ensemble is a half-open opening, which the binary command turns into a decision."""
+    runtime = _tiny_runtime()
+    closed, opened = np.zeros((K, 8)), np.zeros((K, 8))
+    opened[:, 7] = 0.04
+    runtime.add_chunk(0, closed)
+    runtime.add_chunk(0, opened)
+    runtime.gripper = "continuous"
+    half = runtime.action(0)[1]
+    assert 0.0 < half < 0.04
+    runtime.gripper = "binary"
+    assert runtime.action(0)[1] == (0.04 if half > 0.02 else 0.0)
+    with pytest.raises(ValueError, match="gripper='half' must be one of"):
+        PolicyRuntime(runtime.model, runtime.normalizer, gripper="half")
 
 
 @pytest.mark.parametrize(

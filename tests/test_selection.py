@@ -19,11 +19,13 @@ INSTRUCTION = "put the red block in the box"
 
 
 def _runtime(execution="ensemble", m=0.1):
+    """The gripper continuous: these tests follow the executor's values through the selector
+    (test_runtime.py tests the binary gripper command)."""
     torch.manual_seed(0)
     config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=4, encoder_layers=1, chunk_size=K,
                           dropout=0.0)
     normalizer = Normalizer(np.zeros(9), np.ones(9), np.zeros(8), np.full(8, 0.1))
-    return PolicyRuntime(ACTPolicy(config), normalizer, execution=execution, m=m)
+    return PolicyRuntime(ACTPolicy(config), normalizer, execution=execution, m=m, gripper="continuous")
 
 
 def _chunks(n, seed=0):

@@ -138,7 +138,7 @@ def add_setting(parser, name: str, **overrides) -> None:
 
 
 # The settings every run of a checkpoint takes (policy_node's parameters, InferenceConfig).
-EVAL_SETTINGS = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "threads",
+EVAL_SETTINGS = ("execution", "ensemble_m", "ensemble_m_after_change", "ensemble_after_change_s", "gripper", "threads",
                  "device", "backend", "max_joint_speed", "assist", "regrasps", "retry")
 CHECKPOINT_DEFAULT = "the checkpoint's inference.json"
 
@@ -197,7 +197,8 @@ def run(args) -> int:
     low, high = summary["ci95"]
     name = describe if isinstance(describe, str) else (
         f"{describe['checkpoint']} ({describe['execution']}, latency {describe['latency_ticks']} ticks "
-        f"{_latency_source(describe)}, assist {'on' if describe.get('assist') else 'off'})")
+        f"{_latency_source(describe)}, gripper {describe.get('gripper', 'continuous')}, "
+        f"assist {'on' if describe.get('assist') else 'off'})")
     print(f"{name}: {summary['successes']}/{summary['episodes']} success "
           f"({summary['success_rate']:.1%}, 95% CI {low:.1%}-{high:.1%}) "
           f"in {summary['wall_time_s']:.0f} s")

@@ -283,6 +283,7 @@ class PolicyRunner:
             "ensemble_m": settings.ensemble_m,
             "ensemble_m_after_change": settings.ensemble_m_after_change,
             "ensemble_after_change_s": settings.ensemble_after_change_s,
+            "gripper": settings.gripper,
             "latency_ticks": self.latency_ticks,
             "measured_latency_ms": None if measured_latency_s is None else round(measured_latency_s * 1e3, 2),
             "ideal": bool(settings.ideal),
@@ -306,7 +307,7 @@ class PolicyRunner:
             cameras=tuple(c.name for c in sim_config.cameras), image_size=sim_config.cameras[0].height,
             backend=settings.backend, device=settings.device, control_rate=sim_config.control_rate_hz,
             colour_balance=settings.assist, m_after_change=settings.ensemble_m_after_change,
-            after_change_s=settings.ensemble_after_change_s)
+            after_change_s=settings.ensemble_after_change_s, gripper=settings.gripper)
         measured = None
         if settings.ideal:
             latency_ticks = 0

@@ -253,7 +253,7 @@ def run_live(config: EvalConfig, logs: Path | None = None, domain_id: int | None
                 children.start("policy_node", "arm_act.nodes.policy_node", ros_args({
                     **common, "checkpoint": str(config.checkpoint), "execution": settings.execution,
                     "ensemble_m": settings.ensemble_m, "ensemble_m_after_change": settings.ensemble_m_after_change,
-                    "ensemble_after_change_s": settings.ensemble_after_change_s,
+                    "ensemble_after_change_s": settings.ensemble_after_change_s, "gripper": settings.gripper,
                     "torch_threads": settings.threads,
                     "backend": settings.backend, "max_joint_speed": settings.max_joint_speed,
                     "device": settings.device, "assist": settings.assist, "regrasps": settings.regrasps,

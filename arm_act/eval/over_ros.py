@@ -53,7 +53,8 @@ def run_over_ros(config: EvalConfig, latency_ticks: int, domain_id: int | None =
                 **common, checkpoint=str(config.checkpoint), latency_ticks=latency_ticks,
                 execution=settings.execution, ensemble_m=settings.ensemble_m,
                 ensemble_m_after_change=settings.ensemble_m_after_change,
-                ensemble_after_change_s=settings.ensemble_after_change_s, torch_threads=settings.threads,
+                ensemble_after_change_s=settings.ensemble_after_change_s, gripper=settings.gripper,
+                torch_threads=settings.threads,
                 max_joint_speed=settings.max_joint_speed, backend=settings.backend, assist=settings.assist,
                 regrasps=settings.regrasps, regrasp_retry=settings.retry, publish_attention=False)))
         executor = SingleThreadedExecutor(context=context)

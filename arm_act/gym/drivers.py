@@ -86,7 +86,8 @@ class PolicyDriver(SimAgentDriver):
             checkpoint, execution=settings.execution, m=settings.ensemble_m, threads=settings.threads,
             cameras=env.unwrapped.cameras, image_size=sim.config.cameras[0].height, backend=settings.backend,
             device=settings.device, control_rate=sim.config.control_rate_hz, colour_balance=settings.assist,
-            m_after_change=settings.ensemble_m_after_change, after_change_s=settings.ensemble_after_change_s)
+            m_after_change=settings.ensemble_m_after_change, after_change_s=settings.ensemble_after_change_s,
+            gripper=settings.gripper)
         agent = PolicyAgent(runtime, 0 if settings.ideal else settings.latency_ticks,
                             control_rate=sim.config.control_rate_hz, max_joint_speed=settings.max_joint_speed,
                             assist=settings.assist, regrasps=settings.regrasps, retry=settings.retry)

@@ -5,8 +5,8 @@ Every inference setting comes from InferenceConfig (policy/inference_config.py),
 one default, description and range (`ros2 param describe /policy_node assist` shows them).
 
 Parameters that change live (`ros2 param set`): execution, ensemble_m, ensemble_m_after_change
-and ensemble_after_change_s (from the next goal change on), stale_timeout, max_joint_speed; bad
-values are refused with the
+and ensemble_after_change_s (from the next goal change on), gripper (binary: the command snapped
+to open or closed; continuous), stale_timeout, max_joint_speed; bad values are refused with the
 reason. checkpoint, backend, torch_threads, device, latency_ticks, assist, regrasps,
 regrasp_retry and publish_attention are read at configure (set them while unconfigured). assist
 (default false: the network alone) runs the hand-written layers around the network: colour
@@ -136,7 +136,7 @@ def load_policy(node, runtime: PolicyRuntime | None, camera_topics) -> tuple[Pol
             threads=int(p("torch_threads")), backend=str(p("backend")), device=str(p("device")),
             control_rate=control_rate, colour_balance=bool(p("assist")),
             m_after_change=float(p("ensemble_m_after_change")),
-            after_change_s=float(p("ensemble_after_change_s")),
+            after_change_s=float(p("ensemble_after_change_s")), gripper=str(p("gripper")),
         )
         node.get_logger().info(f"loaded {checkpoint} ({runtime.execution}, {runtime.backend} "
                                f"backend{': ' + runtime.backend_note if runtime.backend_note else ''})")
@@ -188,6 +188,8 @@ def apply_live(node, values: dict) -> None:
         runtime.m_after_change = float(values["ensemble_m_after_change"])
     if runtime is not None and "ensemble_after_change_s" in values:
         runtime.after_change_s = float(values["ensemble_after_change_s"])
+    if runtime is not None and "gripper" in values:
+        runtime.gripper = str(values["gripper"])
     if "stale_timeout" in values:
         node.stale_timeout_ns = int(values["stale_timeout"] * 1e9)
     if "max_joint_speed" in values and selector is not None:
