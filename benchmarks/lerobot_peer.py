@@ -334,8 +334,11 @@ def eval_ours(args) -> int:
         return 0
     per, eval_s, shards = _sharded(args.checkpoint, args.episodes, args.seed, args.n_envs, args.blocks,
                                    args.robustness, args.workers, ours=True)
+    from arm_act.eval.in_process import PolicySettings
+
     successes = sum(e["success"] for e in per)
-    report.setdefault("ours", []).append({**key, "policy": "arm_act checkpoint, network alone, latency 1 tick",
+    describe = f"arm_act checkpoint, network alone, latency 1 tick, gripper {PolicySettings().gripper}"
+    report.setdefault("ours", []).append({**key, "policy": describe,
                                           "workers": shards, "successes": successes,
                                           "pc_success": round(100.0 * successes / len(per), 2),
                                           "eval_s": round(eval_s, 1), "per_episode": per})
