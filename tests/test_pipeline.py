@@ -136,6 +136,12 @@ def test_tiny_pipeline_interrupted_and_resumed(tmp_path):
     # A third run does nothing; a changed recipe is refused for the stage it changes.
     again = Pipeline(load(recipe), out).run()
     assert {s["status"] for s in again["stages"]} == {"skipped"}
+    # The run moved elsewhere resumes there: its stages name the old directory's paths.
+    elsewhere = tmp_path / "moved" / "run"
+    shutil.copytree(out, elsewhere)
+    there = Pipeline(load(recipe), elsewhere).run()
+    assert {s["status"] for s in there["stages"]} == {"skipped"}
+    assert f"train_takeover: made in {out}, the same stage there" in (elsewhere / "pipeline.log").read_text()
     changed = dataclasses.replace(load(recipe), evals=(dataclasses.replace(load(recipe).evals[0], episodes=2),))
     moved = Pipeline(changed, out)
     with pytest.raises(PipelineError, match="eval_2 .* other parameters"):
@@ -169,6 +175,30 @@ def test_a_resumed_stage_counts_the_time_of_every_run(tmp_path):
     assert manifest["wall_time_s"] == pytest.approx(sum(manifest["runs_s"]), abs=0.02)
     assert "over 2 runs" in (out / "pipeline.log").read_text()
     assert not list((out / "stages").glob(".*.runs"))  # kept only while the stage is unfinished
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("made_n,done", [(1, True), (2, False)])
+def test_a_moved_run_resumes_only_the_same_stages(tmp_path, made_n, done):
+    """A manifest made in another directory counts when its parameters are this stage's with
+    that directory's path; any other difference is refused as in place."""
+    from arm_act.pipeline.run import Stage, _digest
+
+    recipe, old, out = tmp_path / "tiny.yaml", tmp_path / "old" / "run", tmp_path / "new" / "run"
+    recipe.write_text(yaml.safe_dump(TINY))
+    stage = Stage(1, "train", {"data": [str(out / "data" / "a")], "init": str(out), "n": 1}, out / "checkpoints" / "x",
+                  lambda: {})
+    made = {"data": [str(old / "data" / "a")], "init": str(old), "n": made_n}
+    (out / "checkpoints" / "x").mkdir(parents=True)
+    (out / "stages").mkdir()
+    (out / "stages" / stage.manifest_name).write_text(json.dumps(
+        {"stage": "train", "params": made, "params_digest": _digest(made), "output": str(old / "checkpoints" / "x")}))
+    pipeline = Pipeline(load(recipe), out)
+    if done:
+        assert pipeline.is_done(stage)
+    else:
+        with pytest.raises(PipelineError, match="train .* other parameters"):
+            pipeline.is_done(stage)
 
 
 @pytest.mark.unit

@@ -14,7 +14,8 @@ Resuming: a stage is done when its manifest exists, was made with the same param
 its output is there; a rerun of the same command skips done stages and continues the first
 unfinished one where it stopped (collect keeps the complete bags, training resumes from its
 train_state). A manifest made with other parameters stops the run (another out directory,
-or delete that stage's manifest and output).
+or delete that stage's manifest and output). A run directory moved or copied elsewhere
+resumes there: a manifest whose parameters differ only by the old directory's path counts.
 """
 from __future__ import annotations
 
@@ -93,6 +94,27 @@ def _train_params(train_config) -> dict:
 
 def _digest(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _made_elsewhere(found: dict, stage: Stage, out: Path) -> str | None:
+    """The out directory a manifest was made in, when the run has been moved or copied from
+    there to `out` and the manifest's parameters are this stage's with that directory's path
+    in place of out's; else None. Stage parameters name paths inside the run (data, policies),
+    so a moved run's digests differ while its stages are the same."""
+    try:
+        rel = str(stage.output.relative_to(out))
+    except ValueError:
+        return None
+    made = str(found.get("output", ""))
+    if not made.endswith("/" + rel):
+        return None
+    old = made[: -len(rel) - 1]
+    if not old or old == str(out) or not isinstance(found.get("params"), dict):
+        return None
+    text = json.dumps(found["params"], sort_keys=True, default=str)
+    text = text.replace(json.dumps(old), json.dumps(str(out))).replace(json.dumps(old)[:-1] + "/",
+                                                                        json.dumps(str(out))[:-1] + "/")
+    return old if _digest(json.loads(text)) == _digest(stage.params) else None
 
 
 def _write_json(path: Path, data: dict | list) -> None:
@@ -216,6 +238,11 @@ class Pipeline:
         if found is None:
             return False
         if found.get("params_digest") != _digest(stage.params):
+            made_in = _made_elsewhere(found, stage, self.out)
+            if made_in is not None and stage.output.exists():
+                logger.info("%s: made in %s, the same stage there (the run was moved or copied here)",
+                            stage.name, made_in)
+                return True
             raise PipelineError(f"stage {stage.name} in {self.out} was made with other parameters "
                                 f"({self.out / 'stages' / stage.manifest_name}); use another out directory, "
                                 "or delete that manifest and the stage's output to redo it")
