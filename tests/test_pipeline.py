@@ -305,17 +305,33 @@ def test_a_round_can_hand_over_at_a_missed_grasp_at_the_grasp_or_after_the_push(
 @pytest.mark.unit
 def test_default_recipe_is_todays_recipe():
     config = load(ROOT / "config" / "pipeline_default.yaml")
-    assert [(d.episodes, d.seed, d.perturb) for d in config.demos] == [(400, 0, 0.0), (200, 400, 0.3)]
+    assert [(d.episodes, d.seed, d.perturb, d.world) for d in config.demos] == [
+        (400, 0, 0.0, None), (200, 400, 0.3, None), (200, 830000, 0.0, "push")]
     assert config.train == json.loads((ROOT / "config" / "train_default.json").read_text())["train"]
     assert config.train_config().steps == 12000
     rounds = [(r.episodes, r.seed, r.handover, r.world, config.train_config(r.train, "x")) for r in config.rounds]
-    assert [(e, s, h, w) for e, s, h, w, _ in rounds] == [
-        (600, 300000, (0.5, 10.0), None), (600, 310000, (0.5, 6.0), None), (600, 820000, "push", "push")]
+    assert [(e, s, h, w) for e, s, h, w, _ in rounds] == [(600, 300000, (0.5, 10.0), None),
+                                                          (600, 310000, (0.5, 6.0), None)]
     assert [(t.steps, t.lr, t.warmup_steps, t.hold_after_end) for *_, t in rounds] == [
-        (5000, 2.5e-4, 100, True), (3000, 2e-4, 100, True), (3000, 2e-4, 100, True)]
+        (5000, 2.5e-4, 100, True), (3000, 2e-4, 100, True)]
     assert [(e.episodes, e.seed, e.blocks) for e in config.evals] == [(200, 100000, "2-5"), (200, 200000, "6")]
+    assert (config.eval_latency_ticks, config.eval_assist) == (1, False)
     names = [s.name for s in Pipeline(config, Path("/nonexistent/run")).stages]
-    assert names[0] == "collect_demos_plain" and names[-3:] == ["eval_6", "robustness", "report"]
+    assert names[:3] == ["collect_demos_plain", "collect_demos_perturbed", "collect_demos_push"]
+    assert names[-5:] == ["train_takeover_2", "eval_2-5", "eval_6", "robustness", "report"]
+
+
+@pytest.mark.unit
+def test_push_round_recipe_is_the_default_without_push_demos_plus_a_push_round():
+    """config/pipeline_push_round.yaml, the recipe before the default: the same plain and
+    perturbed demonstrations and two rounds without the push demonstrations, then one round in
+    the push world with `handover: push`."""
+    default = load(ROOT / "config" / "pipeline_default.yaml")
+    before = load(ROOT / "config" / "pipeline_push_round.yaml")
+    assert before.demos == default.demos[:2] and before.train == default.train
+    assert before.rounds[:2] == default.rounds
+    assert [(r.name, r.seed, r.handover, r.world) for r in before.rounds[2:]] == [("push_3", 820000, "push", "push")]
+    assert (before.evals, before.robustness) == (default.evals, default.robustness)
 
 
 @pytest.mark.unit
@@ -324,13 +340,13 @@ def test_families_recipe_fine_tunes_the_shipped_policy_on_the_mix():
     from arm_act.policy.train import ADDABLE, GROWABLE
 
     config = load(ROOT / "config" / "pipeline_families.yaml")
-    assert config.init == str(ROOT / "checkpoints" / "default")
+    assert config.init == str(ROOT / "checkpoints" / "push_round")
     assert [(d.task, d.episodes, d.seed) for d in config.demos] == [("mix", 1200, 600000)]
     assert {r.task for r in config.rounds} == {"mix"} and [r.seed for r in config.rounds] == [620000, 630000, 640000]
     policy = config.policy_config()
     assert policy.place_weight > 0 and policy.condition_on_place and policy.condition_on_target
     # What init may do to the shipped checkpoint: grow the vocabulary and tokens, add the place head.
-    assert set(read_config(ROOT / "checkpoints" / "default").differences(policy)) <= set(GROWABLE) | set(ADDABLE)
+    assert set(read_config(ROOT / "checkpoints" / "push_round").differences(policy)) <= set(GROWABLE) | set(ADDABLE)
     train = config.train_config(init_from=config.init)
     assert train.paraphrase and train.grounding_task == "mix" and train.steps == 6000
     assert {(e.task, e.phrasing) for e in config.evals} >= {("stack", "canonical"), ("relation", "held-out")}
@@ -338,10 +354,10 @@ def test_families_recipe_fine_tunes_the_shipped_policy_on_the_mix():
 
 @pytest.mark.unit
 def test_grasp_recipe_is_the_default_recipe_plus_a_grasp_round():
-    """config/pipeline_grasp.yaml: its first 7 stages are the default recipe's, parameter for
-    parameter (the recipe before its push round), then one `handover: grasp` round; the
+    """config/pipeline_grasp.yaml: its first 7 stages are pipeline_push_round.yaml's, parameter
+    for parameter (that recipe before its push round), then one `handover: grasp` round; the
     evaluations are the same, of its own final checkpoint."""
-    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    default = Pipeline(load(ROOT / "config" / "pipeline_push_round.yaml"), Path("/run")).stages
     grasp = Pipeline(load(ROOT / "config" / "pipeline_grasp.yaml"), Path("/run")).stages
     assert [(s.name, s.params) for s in grasp[:7]] == [(s.name, s.params) for s in default[:7]]
     collect, train = grasp[7:9]
@@ -370,15 +386,19 @@ def test_regrasp_recipe_is_the_grasp_recipe_plus_a_miss_round():
 
 @pytest.mark.unit
 def test_push_demo_recipes_extend_the_default_recipe():
-    """config/pipeline_push_demos.yaml: the default recipe with a third stage-1 collection in
-    the push world; _r4 adds one round after push_3 in the push world with a drawn handover
-    time, driven by push_3's checkpoint and trained on everything, then the same evaluations."""
+    """config/pipeline_push_demos.yaml: the default recipe, stage for stage, plus a round in the
+    push world (`handover: push`) driven by round 2's checkpoint; _r4 adds one round after it in
+    the push world with a drawn handover time, driven by push_3's checkpoint and trained on
+    everything, then the same evaluations."""
     default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
     demos = Pipeline(load(ROOT / "config" / "pipeline_push_demos.yaml"), Path("/run")).stages
     r4 = Pipeline(load(ROOT / "config" / "pipeline_push_demos_r4.yaml"), Path("/run")).stages
-    assert [s.name for s in demos] == [*(s.name for s in default[:2]), "collect_demos_push",
-                                       *(s.name for s in default[2:])]
-    assert demos[2].params["world"] == "push" and demos[2].params["episodes"] == 200
+    assert [(s.name, s.params) for s in demos[:8]] == [(s.name, s.params) for s in default[:8]]
+    assert default[2].params["world"] == "push" and default[2].params["episodes"] == 200
+    collect, train = demos[8:10]
+    assert (collect.name, collect.params["world"], collect.params["handover"]) == ("collect_push_3", "push", "push")
+    assert collect.params["policy"] == "/run/checkpoints/takeover_2" and train.name == "train_push_3"
+    assert [s.name for s in demos[10:]] == [s.name for s in default[8:]]
     assert [(s.name, s.params) for s in r4[:10]] == [(s.name, s.params) for s in demos[:10]]
     collect, train = r4[10:12]
     assert (collect.name, collect.params["world"], collect.params["handover"]) == ("collect_push_4", "push",
