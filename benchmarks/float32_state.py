@@ -39,7 +39,7 @@ def main() -> None:
     env = gymnasium.make("arm_act/PickPlace-v0")
     rows = []
     for name, cls in (("float64", PolicyDriver), ("float32", Float32StateDriver)):
-        driver = cls(env, PolicyDriver.load(env, args.checkpoint).agent)
+        driver = cls.load(env, args.checkpoint)  # a fresh agent per pass
         for seed in args.seeds:
             record = driver.run_episode(seed=seed)
             rows.append({"state": name, "seed": seed, "status": record["status"], "steps": record["steps"]})
