@@ -47,6 +47,11 @@ class TrainConfig:
     grounding_layouts: int = 0
     grounding_seed: int = 1_000_000
     grounding_borrowed_poses: float = 0.5
+    # Of the layouts in a borrowed pose, the fraction whose named block is moved to 2-7 cm
+    # beside the hand (arm_act.data.grounding, "beside the hand"): after a missed grasp the
+    # hand hovers beside the block, and a target head that learned "the block is under the
+    # hand" from the demonstrations keeps the retries there.
+    grounding_near_hand: float = 0.0
     # The task of the grounding layouts (box | stack | relation | mix, arm_act.sim.instructions):
     # their instructions name the block to move in that family's words.
     grounding_task: str = "box"
@@ -87,7 +92,7 @@ class TrainConfig:
                 raise ValueError(f"{name}={value!r} must be an integer >= 0")
         for name, low, high in (("lr", 0.0, math.inf), ("weight_decay", 0.0, 1.0),
                                 ("min_lr_ratio", 0.0, 1.0), ("val_fraction", 0.0, 1.0),
-                                ("grounding_borrowed_poses", 0.0, 1.0),
+                                ("grounding_borrowed_poses", 0.0, 1.0), ("grounding_near_hand", 0.0, 1.0),
                                 ("grad_clip", 0.0, math.inf)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \

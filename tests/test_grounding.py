@@ -71,6 +71,33 @@ def test_frames_name_the_block_they_label_and_come_back_from_the_cache(tmp_path)
     assert all(np.array_equal(a.images, b.images) for a, b in zip(frames, rebuilt, strict=True))
 
 
+def test_near_hand_moves_the_named_block_beside_the_hand_and_keeps_the_rest(tmp_path):
+    kwargs = dict(poses=BORROWED[None], borrowed=1.0, progress=False)
+    plain = render_grounding_frames(8, 1_000_000, SimConfig(), **kwargs)
+    near = render_grounding_frames(8, 1_000_000, SimConfig(), near_hand=1.0, cache_dir=tmp_path, **kwargs)
+    with ArmEnv(SimConfig()) as env:
+        env.reset(0, 2)
+        env.set_joint_positions(BORROWED)
+        hand = env.grasp_point()[:2]
+    moved = 0
+    for a, b in zip(plain, near, strict=True):
+        assert a.seed == b.seed and a.instruction == b.instruction  # the same layouts and poses
+        np.testing.assert_array_equal(a.frame_state, b.frame_state)
+        gap = float(np.linalg.norm(b.frame_target[0, :2] - hand))
+        if not np.allclose(a.frame_target, b.frame_target):
+            moved += 1
+            assert 0.02 - 1e-6 <= gap <= 0.07 + 1e-6  # beside the hand, where the label says
+            assert b.frame_target[0, 2] == pytest.approx(a.frame_target[0, 2])  # still resting on the table
+            assert not np.array_equal(a.images, b.images)
+    assert moved >= 6  # (a layout where no direction is clear keeps its block)
+    assert len(list(tmp_path.glob("grounding-*.npz"))) == 1
+    other = render_grounding_frames(8, 1_000_000, SimConfig(), near_hand=0.5, cache_dir=tmp_path, **kwargs)
+    assert len(list(tmp_path.glob("grounding-*.npz"))) == 2  # its own cache entry
+    assert sum(not np.allclose(a.frame_target, o.frame_target) for a, o in zip(plain, other, strict=True)) < moved
+    with pytest.raises(ValueError, match="grounding_near_hand"):
+        TrainConfig(grounding_near_hand=1.5)
+
+
 @pytest.mark.slow
 def test_a_split_between_processes_renders_the_same_frames(tmp_path, monkeypatch, caplog):
     # Process 1 of 2 renders layouts 1, 3, 5 into its part file. Its partner never delivers

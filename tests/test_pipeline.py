@@ -410,6 +410,27 @@ def test_push_demo_recipes_extend_the_default_recipe():
 
 
 @pytest.mark.unit
+def test_the_near_hand_recipe_is_the_default_with_layouts_beside_the_hand():
+    """config/pipeline_near_hand.yaml: the default recipe, stage for stage, except that every
+    training stage renders its borrowed-pose grounding layouts with the block beside the hand."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    near = Pipeline(load(ROOT / "config" / "pipeline_near_hand.yaml"), Path("/run")).stages
+    assert [s.name for s in near] == [s.name for s in default]
+    trains = [i for i, s in enumerate(default) if s.name.startswith("train_")]
+    assert len(trains) == 3
+    for i, (a, b) in enumerate(zip(default, near, strict=True)):
+        if i not in trains:
+            assert a.params == b.params, a.name
+            continue
+        assert b.params["train"]["grounding_near_hand"] == 1.0
+        assert a.params["train"].get("grounding_near_hand", 0.0) == 0.0
+        rest = {k: v for k, v in b.params["train"].items() if k != "grounding_near_hand"}
+        assert rest == {k: v for k, v in a.params["train"].items() if k != "grounding_near_hand"}
+        others = {k: v for k, v in a.params.items() if k != "train"}
+        assert others == {k: v for k, v in b.params.items() if k != "train"}
+
+
+@pytest.mark.unit
 def test_a_collection_counts_only_complete_bags(tmp_path, monkeypatch):
     """An episode whose writer died is set aside as <name>.incomplete by collect: the stage's
     manifest counts it apart, and it never stands in for a missing episode."""

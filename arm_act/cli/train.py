@@ -37,9 +37,9 @@ encoder_layers, decoder_layers, chunk_size, dropout, use_cvae, kl_weight,
 target_weight, ...) or a TrainConfig field (steps, batch_size, lr, weight_decay,
 warmup_steps, min_lr_ratio, seed, val_fraction, val_samples, val_every,
 checkpoint_every, augment, grad_clip, threads, grounding_layouts, grounding_seed,
-grounding_borrowed_poses, init_from, hold_after_end), optionally prefixed "policy." or
-"train.". VALUE is JSON (128, 1e-4, true, ["front"]) or a plain word; cameras also takes
-front,wrist.
+grounding_borrowed_poses, grounding_near_hand, init_from, hold_after_end), optionally
+prefixed "policy." or "train.". VALUE is JSON (128, 1e-4, true, ["front"]) or a plain
+word; cameras also takes front,wrist.
 target_weight > 0 adds the target head (where is the named block?), trained on pixels
 labelled from the bags' objects topic; grounding_layouts renders that many extra
 layouts for it (docs/training.md: "Finding the named block"). hold_after_end=true

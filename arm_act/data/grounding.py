@@ -9,6 +9,12 @@ rendered with the arm at its start pose or, for a fraction, in a pose borrowed f
 demonstration, labelled only with the named block's position. They have no actions: the
 action loss ignores them (policy.data.ChunkDataset, has_actions=False).
 
+Beside the hand: in the demonstrations the hand is over the named block whenever it is low,
+so the target head can also learn "the block is under the hand". After a missed grasp (the
+push world) that guess keeps every retry where the hand already is. For a fraction of the
+borrowed-pose layouts (TrainConfig.grounding_near_hand), the named block is moved to 2-7 cm
+beside the hand before rendering, so the hand's place says nothing about the block's.
+
 Rendering costs ~20 ms per layout; the frames are cached as one .npz in the training cache,
 keyed by everything they depend on (under torchrun, one part file per process, each with
 every N-th layout).
@@ -33,6 +39,7 @@ from arm_act.sim import ArmEnv
 logger = logging.getLogger(__name__)
 
 GROUNDING_VERSION = 2  # 2: target_uv
+NEAR_HAND_M = (0.02, 0.07)  # m: how far from the hand _beside_hand puts the named block
 RESTING_TOLERANCE = 0.005  # m: a block whose centre is within this of its resting height
 
 
@@ -112,12 +119,14 @@ def label_demo_pixels(episodes, sim_config) -> None:
 
 
 def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray,
-         task: str) -> str:
+         task: str, near_hand: float = 0.0) -> str:
     h = hashlib.sha256()
     fields = {"version": GROUNDING_VERSION, "n": n, "seed": seed, "blocks": list(blocks),
               "borrowed": borrowed, "sim": repr(sim_config)}
     if task != "box":  # box keys stay as they were, so existing caches are still found
         fields["task"] = task
+    if near_hand:  # (the same for layouts without it)
+        fields["near_hand"] = near_hand
     h.update(json.dumps(fields, sort_keys=True).encode())
     h.update(np.ascontiguousarray(poses, dtype=np.float32).tobytes())
     return h.hexdigest()[:16]
@@ -127,11 +136,14 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
                             poses: np.ndarray | None = None, borrowed: float = 0.5,
                             cache_dir: str | os.PathLike | None = None,
                             progress: bool | None = None,
-                            share: tuple[int, int] | None = None, task: str = "box") -> list[GroundingFrame]:
+                            share: tuple[int, int] | None = None, task: str = "box",
+                            near_hand: float = 0.0) -> list[GroundingFrame]:
     """n grounding frames from layouts seed, seed+1, ... (block counts as `arm-act collect`
     draws them), cached in cache_dir. poses: (M, 9) joint states to borrow for a fraction
     `borrowed` of the frames (the rest keep the start pose). task: the goal family of the
     layouts' instructions (box | stack | relation | mix); the label is always the block to move.
+    near_hand: the fraction of the borrowed-pose frames whose named block is moved beside the
+    hand (_beside_hand).
 
     With a cache_dir, data-parallel processes on one machine split the rendering (share:
     (rank, size), default torchrun's local rank and process count; arm_act.common.shares):
@@ -148,11 +160,16 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
         return []
     rng = np.random.default_rng([seed, 11])
     picks = [int(rng.integers(len(poses))) if rng.random() < borrowed else -1 for _ in range(n)]
+    # Drawn after the picks, from a stream of their own, so the picks are the same with or
+    # without it: per layout, None or (distance m, angle rad) of the named block from the hand.
+    near_rng = np.random.default_rng([seed, 12])
+    beside = [(float(near_rng.uniform(*NEAR_HAND_M)), float(near_rng.uniform(0, 2 * np.pi)))
+              if pick >= 0 and near_rng.random() < near_hand else None for pick in picks]
     render = functools.partial(_render, seed=seed, sim_config=sim_config, blocks=blocks, poses=poses, picks=picks,
-                               task=task)
+                               task=task, beside=beside)
     if cache_dir is None:
         return render(range(n), progress=progress)
-    path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses, task)}.npz"
+    path = Path(cache_dir) / f"grounding-{_key(n, seed, blocks, borrowed, sim_config, poses, task, near_hand)}.npz"
     frames = _load(path) if path.is_file() else _load_parts(path, n)
     if frames is not None:
         logger.info("%d grounding frames from the cache %s", len(frames), path)
@@ -182,9 +199,32 @@ def render_grounding_frames(n: int, seed: int, sim_config, *, blocks: tuple[int,
     return [parts[i % size][i // size] for i in range(n)]
 
 
+def _beside_hand(env, distance: float, angle: float) -> bool:
+    """Move the named block to `distance` from the hand's grasp point, horizontally, at
+    `angle` or the first of the next seven eighths of a turn where it stays in the block
+    region and 1.5 block sizes clear of the other blocks. False (nothing moved) where no direction fits."""
+    cfg = env.config
+    x0, x1, y0, y1 = cfg.block_region
+    hand = env.grasp_point()[:2]
+    named = next(o for o in env.objects() if o.kind == "block" and o.colour == env.target_colour)
+    others = [np.asarray(o.position[:2]) for o in env.objects() if o.kind == "block" and o.colour != env.target_colour]
+    for turn in range(8):
+        a = angle + turn * np.pi / 4
+        xy = hand + distance * np.array([np.cos(a), np.sin(a)])
+        if x0 <= xy[0] <= x1 and y0 <= xy[1] <= y1 and \
+                all(np.linalg.norm(xy - o) >= 1.5 * cfg.block_size for o in others):
+            x, y, z, w = named.orientation  # keep the block's yaw
+            yaw = float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+            env.place_block(named.colour, np.array([xy[0], xy[1], named.position[2]]), yaw)
+            return True
+    return False
+
+
 def _render(indices: range, *, seed: int, sim_config, blocks: tuple[int, int], poses: np.ndarray,
-            picks: list[int], progress: bool | None, task: str = "box") -> list[GroundingFrame]:
-    """The layouts at these indices (picks[i]: the borrowed pose's index, -1 for the start pose)."""
+            picks: list[int], progress: bool | None, task: str = "box",
+            beside: list | None = None) -> list[GroundingFrame]:
+    """The layouts at these indices (picks[i]: the borrowed pose's index, -1 for the start pose;
+    beside[i]: None, or where to move the named block from the hand, _beside_hand)."""
     from arm_act.common.episodes import episode_spec
 
     cameras = tuple(c.name for c in sim_config.cameras)
@@ -196,6 +236,8 @@ def _render(indices: range, *, seed: int, sim_config, blocks: tuple[int, int], p
             env.reset(spec.seed, spec.n_blocks)
             if picks[i] >= 0:
                 env.set_joint_positions(poses[picks[i]])
+                if beside is not None and beside[i] is not None:
+                    _beside_hand(env, *beside[i])
             rendered = env.render()
             (target,) = [o.position for o in env.objects() if o.kind == "block" and o.colour == env.target_colour]
             target = np.asarray(target, np.float64)

@@ -79,13 +79,14 @@ def grounding_frames(demos: Sequence[EpisodeArrays], policy_config, train_config
     config = sim_config_for(policy_config)
     poses = approach_poses(demos, config.block_size)
     logger.info("grounding layouts: %d of task %s (seeds %d+, %.0f%% in poses borrowed from %d demonstration "
-                "frames)", train_config.grounding_layouts, train_config.grounding_task, train_config.grounding_seed,
-                100 * train_config.grounding_borrowed_poses, len(poses))
+                "frames, %.0f%% of those with the named block beside the hand)", train_config.grounding_layouts,
+                train_config.grounding_task, train_config.grounding_seed, 100 * train_config.grounding_borrowed_poses,
+                len(poses), 100 * train_config.grounding_near_hand)
     try:
         return render_grounding_frames(
             train_config.grounding_layouts, train_config.grounding_seed, config, poses=poses,
             borrowed=train_config.grounding_borrowed_poses, cache_dir=cache, progress=None,
-            task=train_config.grounding_task)
+            task=train_config.grounding_task, near_hand=train_config.grounding_near_hand)
     except ValueError as exc:
         raise ValueError(f"grounding layouts: {exc}") from None
 
