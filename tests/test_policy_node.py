@@ -132,7 +132,6 @@ def _start(ros_context, policy_kwargs):
     return feed, policy, executor
 
 
-@pytest.mark.alone  # 50 Hz commands on the wall clock while each inference takes 150 ms
 def test_control_rate_held_while_slow_model_runs(ros_context, tiny_checkpoint):
     from arm_act.policy.checkpoint import load_checkpoint
 
