@@ -77,7 +77,9 @@ def probe(path: Path, checkpoint: Path) -> dict:
     from arm_act.sim.rollout import run_episode
 
     body = json.loads(Path(path).read_text())
-    summary = body["summaries"]["push"]["policy"]
+    summary = (body.get("summaries") or {}).get("push", {}).get("policy")
+    if summary is None:
+        raise ValueError(f"{path}: no push-world policy results (arm-act eval --robustness push --no-expert --out)")
     described = summary["policy"]
     failed = [r for r in summary["results"] if not r["success"]]
     recovered = [r for r in summary["results"] if r["success"] and r.get("first_grasp_missed")][:len(failed)]

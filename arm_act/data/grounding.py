@@ -125,7 +125,7 @@ def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config
               "borrowed": borrowed, "sim": repr(sim_config)}
     if task != "box":  # box keys stay as they were, so existing caches are still found
         fields["task"] = task
-    if near_hand:  # (the same for layouts without it)
+    if near_hand:  # 0 keeps the keys of caches made before the option existed
         fields["near_hand"] = near_hand
     h.update(json.dumps(fields, sort_keys=True).encode())
     h.update(np.ascontiguousarray(poses, dtype=np.float32).tobytes())
