@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from arm_act.common.episodes import episode_spec
-from arm_act.data.grounding import GroundingFrame, approach_poses, label_demo_pixels, pixel_of, render_grounding_frames
+from arm_act.data.grounding import (
+    GroundingFrame,
+    approach_poses,
+    label_demo_pixels,
+    label_demo_pixels_cached,
+    pixel_of,
+    render_grounding_frames,
+)
 from arm_act.policy.config import PolicyConfig
 from arm_act.policy.data import ChunkDataset, fit_normalizer
 from arm_act.policy.train import TrainConfig, TrainingError, train
@@ -148,6 +155,53 @@ def test_demonstration_frames_get_the_pixels_of_the_named_block():
         assert np.all(np.isfinite(demo.target_uv[0]))  # both cameras see the table centre at the start
         behind = pixel_of(env.camera("front"), np.array([2.0, 0.0, 0.5]))  # behind the front camera
         assert np.isnan(behind).all()
+
+
+def test_pixel_labels_come_back_from_the_cache_and_a_split_labels_each_episode_once(tmp_path, caplog):
+    def demos():
+        out = [_Demo([HOME, BORROWED]), _Demo([BORROWED, HOME]), _Demo([HOME, HOME])]
+        out[0].frame_target = np.array([[0.45, 0.05, 0.02], [np.nan, np.nan, np.nan]], np.float32)
+        out[2].frame_target = np.array([[0.35, -0.1, 0.02], [0.35, -0.1, 0.02]], np.float32)
+        return out
+
+    direct = demos()
+    label_demo_pixels(direct, SimConfig())
+
+    def same(labelled, expected=direct):
+        for a, b in zip(expected, labelled, strict=True):
+            np.testing.assert_array_equal(a.target_uv, b.target_uv)
+            np.testing.assert_array_equal(a.place_uv, b.place_uv)
+
+    # One process labels two of them into the cache.
+    first = demos()
+    assert label_demo_pixels_cached(first[0::2], SimConfig(), tmp_path, share=(0, 1)) == 2
+    same(first[0::2], direct[0::2])
+    # Process 1 of 2 labels its share (episode 1) and reads its partner's (0 and 2) from the cache.
+    split = demos()
+    assert label_demo_pixels_cached(split, SimConfig(), tmp_path, share=(1, 2), stall_s=0.0) == 1
+    same(split)
+    assert len(list((tmp_path / "pixels").glob("*.npz"))) == 3
+    # Any split later reads them all; a partner that never delivers costs the stall time, then
+    # the waiting process labels the rest itself.
+    again = demos()
+    assert label_demo_pixels_cached(again, SimConfig(), tmp_path, share=(0, 2)) == 0
+    same(again)
+    alone = demos()
+    assert label_demo_pixels_cached(alone, SimConfig(), tmp_path / "other", share=(1, 2), stall_s=0.0) == 3
+    same(alone)
+    # A damaged file and one of the wrong shape are labelled again, with a warning each.
+    files = sorted((tmp_path / "pixels").glob("*.npz"))
+    files[0].write_bytes(b"damaged")
+    np.savez(files[1], target_uv=np.zeros((5, 2, 2), np.float32), place_uv=np.zeros((5, 2, 2), np.float32))
+    mended = demos()
+    with caplog.at_level("WARNING"):
+        assert label_demo_pixels_cached(mended, SimConfig(), tmp_path, share=(0, 1)) == 2
+    assert "unreadable" in caplog.text and "have shape (5, 2, 2), not (2, 2, 2)" in caplog.text
+    same(mended)
+    # An episode whose frames differ is a different entry, never another episode's labels.
+    moved = demos()
+    moved[1].frame_state = moved[1].frame_state + np.float32(0.01)
+    assert label_demo_pixels_cached(moved, SimConfig(), tmp_path, share=(0, 1)) == 1
 
 
 def test_bad_requests_are_clear_errors():

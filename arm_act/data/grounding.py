@@ -17,7 +17,8 @@ beside the hand before rendering, so the hand's place says nothing about the blo
 
 Rendering costs ~20 ms per layout; the frames are cached as one .npz in the training cache,
 keyed by everything they depend on (under torchrun, one part file per process, each with
-every N-th layout).
+every N-th layout). The demonstrations' pixel labels are cached there too, one file per
+episode (label_demo_pixels_cached).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from arm_act.sim import ArmEnv
 logger = logging.getLogger(__name__)
 
 GROUNDING_VERSION = 2  # 2: target_uv
+PIXELS_VERSION = 1  # label_demo_pixels_cached's files
 NEAR_HAND_M = (0.02, 0.07)  # m: how far from the hand _beside_hand puts the named block
 RESTING_TOLERANCE = 0.005  # m: a block whose centre is within this of its resting height
 
@@ -116,6 +118,92 @@ def label_demo_pixels(episodes, sim_config) -> None:
                         place_uv[i] = [pixel_of(env.camera(c), place) for c in cameras]
             e.target_uv = uv
             e.place_uv = place_uv
+
+
+def label_demo_pixels_cached(episodes, sim_config, cache_dir: str | os.PathLike, *,
+                             share: tuple[int, int] | None = None, stall_s: float | None = None) -> int:
+    """label_demo_pixels through a cache: one file per episode under cache_dir/pixels/, keyed
+    by what the labels depend on (the frames' joint states and block positions, the sim
+    config), so the pipeline's later stages label only their new episodes. Data-parallel
+    processes on one machine split the episodes the cache lacks (share: (rank, size), default
+    torchrun's; arm_act.common.shares): each labels every size-th, then reads the others'.
+    The labels are the same either way. -> how many episodes this process labelled."""
+    from arm_act.common.shares import STALL_S, local_share, wait_for_others
+
+    rank, size = share or local_share()
+    folder = Path(cache_dir) / "pixels"
+    paths = [folder / f"{_pixels_key(e, sim_config)}.npz" for e in episodes]
+    labels: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def label_here(indices: list[int]) -> None:
+        if not indices:
+            return
+        todo = [episodes[i] for i in indices]
+        label_demo_pixels(todo, sim_config)
+        for i, e in zip(indices, todo, strict=True):
+            labels[i] = (e.target_uv, e.place_uv)
+            _save_pixels(paths[i], e.target_uv, e.place_uv)
+
+    def cached(i: int) -> bool:
+        if i not in labels:
+            found = _load_pixels(paths[i], len(episodes[i].frame_target), len(sim_config.cameras))
+            if found is not None:
+                labels[i] = found
+        return i in labels
+
+    mine = [i for i in range(rank, len(episodes), max(size, 1)) if not cached(i)]
+    label_here(mine)
+    theirs = [i for i in range(len(episodes)) if not cached(i)]
+    if theirs and size > 1:
+        started = time.monotonic()
+        theirs = wait_for_others(theirs, cached, "labelled episodes",
+                                 stall_s=STALL_S if stall_s is None else stall_s)
+        logger.debug("waited %.0f s for the other processes' pixel labels", time.monotonic() - started)
+    label_here([i for i in theirs if not cached(i)])
+    for i, e in enumerate(episodes):
+        e.target_uv, e.place_uv = labels[i]
+    return len(mine) + len(theirs)
+
+
+def _pixels_key(episode, sim_config) -> str:
+    h = hashlib.sha256(json.dumps({"version": PIXELS_VERSION, "sim": repr(sim_config)}).encode())
+    for array in (episode.frame_state, episode.frame_target):
+        array = np.ascontiguousarray(array, np.float64)
+        h.update(repr(array.shape).encode())
+        h.update(array.tobytes())
+    return h.hexdigest()[:24]
+
+
+def _save_pixels(path: Path, target_uv: np.ndarray, place_uv: np.ndarray) -> None:
+    """Written beside its place and renamed in, so a reader sees a whole file or none."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, target_uv=target_uv, place_uv=place_uv)
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.warning("cannot write the pixel labels %s: %s", path, exc)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load_pixels(path: Path, n_frames: int, n_cameras: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(target_uv, place_uv) from a cache file of the expected shape; None when it is
+    missing or damaged (the episode is labelled again)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            found = data["target_uv"], data["place_uv"]
+    except Exception as exc:  # noqa: BLE001 - a damaged cache file is labelled again
+        logger.warning("pixel labels %s are unreadable (%s: %s); labelling again", path, type(exc).__name__, exc)
+        return None
+    if any(a.shape != (n_frames, n_cameras, 2) for a in found):
+        logger.warning("pixel labels %s have shape %s, not (%d, %d, 2); labelling again", path,
+                       found[0].shape, n_frames, n_cameras)
+        return None
+    return found
 
 
 def _key(n: int, seed: int, blocks: tuple[int, int], borrowed: float, sim_config, poses: np.ndarray,

@@ -58,15 +58,19 @@ def sim_config_for(policy_config):
     return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
 
 
-def label_pixels(demos: Sequence[EpisodeArrays], policy_config) -> None:
+def label_pixels(demos: Sequence[EpisodeArrays], policy_config, cache: Path | None = None) -> None:
     """The named block's pixel in each camera at each demonstration frame (for the target
-    head's per-patch loss), in place."""
-    from arm_act.data.grounding import label_demo_pixels
+    head's per-patch loss), in place; through the training cache when one is given
+    (grounding.label_demo_pixels_cached: under torchrun the processes split the work)."""
+    from arm_act.data.grounding import label_demo_pixels, label_demo_pixels_cached
 
     started = time.monotonic()
-    label_demo_pixels(demos, sim_config_for(policy_config))
-    logger.info("labelled the named block's pixels in %d frames (%.0f s)", sum(e.n_frames for e in demos),
-                time.monotonic() - started)
+    config = sim_config_for(policy_config)
+    labelled = len(demos) if cache is None else label_demo_pixels_cached(demos, config, cache)
+    if cache is None:
+        label_demo_pixels(demos, config)
+    logger.info("the named block's pixels in %d frames of %d demonstrations: %d labelled here, the rest from the "
+                "cache (%.0f s)", sum(e.n_frames for e in demos), len(demos), labelled, time.monotonic() - started)
 
 
 def grounding_frames(demos: Sequence[EpisodeArrays], policy_config, train_config, cache: Path) -> list:
@@ -131,7 +135,7 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
                 incomplete, policy_only)
     grounding: list = []
     if policy_config.target_weight > 0:
-        label_pixels(good, policy_config)
+        label_pixels(good, policy_config, cache)
     if train_config.grounding_layouts:
         grounding = grounding_frames(good, policy_config, train_config, cache)
         info["grounding_layouts"] = len(grounding)

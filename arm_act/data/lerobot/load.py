@@ -274,7 +274,7 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
                 sum(e.n_frames for e in good), failed, incomplete)
     grounding: list = []
     if policy_config.target_weight > 0:
-        label_pixels(good, policy_config)
+        label_pixels(good, policy_config, cache)
     if train_config.grounding_layouts:
         grounding = grounding_frames(good, policy_config, train_config, cache)
         info["grounding_layouts"] = len(grounding)
