@@ -58,17 +58,14 @@ def sim_config_for(policy_config):
     return dataclasses.replace(base, cameras=tuple(dataclasses.replace(c, width=size, height=size) for c in cameras))
 
 
-def label_pixels(demos: Sequence[EpisodeArrays], policy_config, cache: Path | None = None) -> None:
+def label_pixels(demos: Sequence[EpisodeArrays], policy_config, cache: Path) -> None:
     """The named block's pixel in each camera at each demonstration frame (for the target
-    head's per-patch loss), in place; through the training cache when one is given
+    head's per-patch loss), in place, through the training cache
     (grounding.label_demo_pixels_cached: under torchrun the processes split the work)."""
-    from arm_act.data.grounding import label_demo_pixels, label_demo_pixels_cached
+    from arm_act.data.grounding import label_demo_pixels_cached
 
     started = time.monotonic()
-    config = sim_config_for(policy_config)
-    labelled = len(demos) if cache is None else label_demo_pixels_cached(demos, config, cache)
-    if cache is None:
-        label_demo_pixels(demos, config)
+    labelled = label_demo_pixels_cached(demos, sim_config_for(policy_config), cache)
     logger.info("the named block's pixels in %d frames of %d demonstrations: %d labelled here, the rest from the "
                 "cache (%.0f s)", sum(e.n_frames for e in demos), len(demos), labelled, time.monotonic() - started)
 
