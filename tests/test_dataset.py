@@ -284,8 +284,8 @@ def test_cache_is_used_and_rebuilt_when_the_bag_changes(tmp_path, monkeypatch):
     assert len(files) == 1
 
     calls = []
-    real = ds.extract_episode
-    monkeypatch.setattr(ds, "extract_episode", lambda *a: calls.append(a) or real(*a))
+    real = ds._extract
+    monkeypatch.setattr(ds, "_extract", lambda *a: calls.append(a) or real(*a))
     again = load_dataset([tmp_path / "data"], cache, progress=False)
     assert calls == []  # served from the cache
     for name in ("frame_ticks", "images", "frame_state", "commands"):
@@ -337,8 +337,8 @@ def test_processes_split_the_decoding_and_wait_for_each_other(tmp_path, monkeypa
     writer.abort("simulated crash")
     bags.append(data / "ep_4_killed")
     calls = []
-    real = ds.extract_episode
-    monkeypatch.setattr(ds, "extract_episode", lambda bag, *a: calls.append(os.path.basename(bag)) or real(bag, *a))
+    real = ds._extract
+    monkeypatch.setattr(ds, "_extract", lambda bag, *a: calls.append(os.path.basename(bag)) or real(bag, *a))
 
     # The partner delivers while this process waits: its share is decoded once, by it. It
     # starts once this process says it waits (however long its own share took to decode).

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arm_act.bags import BagError, bag_info, find_bags, read_bag
+from arm_act.bags import BagError, BagInfo, bag_info, find_bags, read_bag
 from arm_act.common.progress import progress_bar
 from arm_act.ros.conversions import ARM_COMMAND_TOPIC, ARM_JOINTS, GRIPPER_COMMAND_TOPIC, stamp_to_ns
 from arm_act.sim.robot import JOINT_NAMES
@@ -383,14 +383,18 @@ def extract_episode_with_tick_state(bag_dir: str | os.PathLike, cameras: Sequenc
     return episode, state
 
 
-def _extract(bag: Path, cameras: tuple[str, ...]) -> tuple[EpisodeArrays, _BagContents, _TickClock]:
-    """extract_episode, with what it read from the bag and the episode's tick clock."""
+def _extract(bag: Path, cameras: tuple[str, ...],
+             info: BagInfo | None = None) -> tuple[EpisodeArrays, _BagContents, _TickClock]:
+    """extract_episode, with what it read from the bag and the episode's tick clock. info: the
+    bag's bag_info when the caller has read it already (each reading opens the bag and
+    compiles its message types)."""
     if not cameras:
         raise DatasetError("no cameras given")
-    try:
-        info = bag_info(bag)
-    except BagError as exc:
-        raise DatasetError(_one_line(exc)) from None
+    if info is None:
+        try:
+            info = bag_info(bag)
+        except BagError as exc:
+            raise DatasetError(_one_line(exc)) from None
     contents = _read_contents(bag, _required_topics(bag, info, cameras), cameras)
     first = contents.episodes[0]
     clock = _tick_clock(first, bag)
@@ -587,7 +591,7 @@ def _read_through_cache(bag: Path, cache_dir: Path, cameras: tuple[str, ...]) ->
     if not info.complete:
         logger.warning("skipping incomplete bag %s: %s", bag, info.problem)
         return None, False
-    episode = extract_episode(bag, cameras)
+    episode = _extract(bag, cameras, info)[0]
     try:
         _save_cache(target, episode, fingerprint)
     except OSError as exc:
