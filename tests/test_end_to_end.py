@@ -57,15 +57,20 @@ def test_takeover_round_fine_tunes_the_policy(pipeline, capsys):
                      "--seed", "300000", "--blocks", "2", "--out", str(takeover)]) == 0
     assert bag_info(takeover / "episode_300000").custom_data["expert_from_s"] != "none"
     capsys.readouterr()
+    layouts = sorted((root / "cache").glob("grounding-*"))
+    assert layouts
     assert cli.main([
         "train", "--data", str(demos), str(takeover), "--out", str(tuned), "--cache", str(root / "cache"),
         "--init", str(ckpt), "--config", "width=32", "heads=4", "encoder_layers=1", "chunk_size=10", "steps=2",
         "batch_size=4", "val_every=2", "checkpoint_every=2", "warmup_steps=1", "augment=false",
-        "target_weight=1.0", "hold_after_end=true",
+        "target_weight=1.0", "hold_after_end=true", "grounding_layouts=4",
     ]) == 0
     metrics = json.loads((tuned / "metrics.json").read_text())
     assert metrics["train"]["init_from"] == str(ckpt) and metrics["train"]["hold_after_end"] is True
-    assert metrics["data"]["episodes"] == 3
+    assert metrics["data"]["episodes"] == 3 and metrics["data"]["grounding_frames"] == 4
+    # The layouts borrow poses from the expert's episodes only: the fine-tune found the first
+    # training's layouts in the cache rather than rendering new ones for the takeover frames.
+    assert sorted((root / "cache").glob("grounding-*")) == layouts
     assert (tuned / "normalization.json").read_text() == (ckpt / "normalization.json").read_text()
 
 

@@ -103,7 +103,8 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
         bags = find_bags(dirs)
         # A takeover bag whose policy finished alone demonstrates nothing (EpisodeArrays.success
         # is False for it): left out from its metadata, before its images are decoded.
-        wanted = [bag for bag in bags if custom_data(bag).get("expert_from_s") != "none"]
+        handovers = {bag: custom_data(bag).get("expert_from_s") for bag in bags}
+        wanted = [bag for bag in bags if handovers[bag] != "none"]
     except BagError as exc:
         raise DatasetError(str(exc)) from None
     policy_only = len(bags) - len(wanted)
@@ -134,7 +135,12 @@ def prepare_training_data(dirs: Sequence[str | os.PathLike], cache: Path, policy
     if policy_config.target_weight > 0:
         label_pixels(good, policy_config, cache)
     if train_config.grounding_layouts:
-        grounding = grounding_frames(good, policy_config, train_config, cache)
+        # The layouts borrow poses from the expert's own episodes, not the takeover rounds':
+        # a fine-tune on stage 1's demonstrations plus new rounds then draws stage 1's layouts
+        # and finds them in the cache instead of rendering them again.
+        takeovers = {os.path.realpath(bag) for bag in wanted if handovers[bag] is not None}
+        expert_only = [e for e in good if os.path.realpath(e.bag) not in takeovers]
+        grounding = grounding_frames(expert_only or good, policy_config, train_config, cache)
         info["grounding_layouts"] = len(grounding)
     return TrainingData(good, grounding, info, len(bags), failed, incomplete, policy_only)
 
