@@ -44,6 +44,8 @@ class TrainConfig:
     # have no actions, only "where is the named block". `arm-act train` renders them (seeds
     # from grounding_seed on, never used by collect or eval); a fraction shows the arm in a
     # pose borrowed from another demonstration, so the pose cannot give the target away.
+    # The poses come from the expert's own episodes, not from takeover bags, so a fine-tune
+    # on stage 1's demonstrations plus new rounds reuses stage 1's cached layouts.
     grounding_layouts: int = 0
     grounding_seed: int = 1_000_000
     grounding_borrowed_poses: float = 0.5
