@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -379,3 +380,28 @@ def test_config_files_and_overrides_combine_in_order(tmp_path):
         build_configs(["width=130"], {})
     with pytest.raises(cli.CommandError, match="not KEY=VALUE and not a readable file"):
         build_configs([str(tmp_path / "missing.json")], {})
+
+
+@pytest.mark.parametrize("with_expert_bags", [True, False])
+def test_grounding_layouts_borrow_poses_from_the_experts_own_episodes(tmp_path, monkeypatch, with_expert_bags):
+    """The layouts' poses come from the episodes the expert drove from the start; a run of
+    takeover bags alone falls back to all of them rather than to none."""
+    import arm_act.data.training as training
+
+    data = tmp_path / "data"
+    if with_expert_bags:
+        for i in range(2):
+            write_demo_bag(data / f"demo_{i}", ticks=20, seed=i)
+    for i in range(2):
+        write_demo_bag(data / f"takeover_{i}", ticks=20, seed=10 + i, metadata={"expert_from_s": "0.2"})
+    seen = {}
+    monkeypatch.setattr(training, "label_pixels", lambda demos, policy_config, cache: None)
+    monkeypatch.setattr(training, "grounding_frames",
+                        lambda demos, policy_config, train_config, cache: seen.setdefault("bags", demos) and [])
+    policy_config = PolicyConfig(image_size=32, patch_size=16, width=32, heads=2, encoder_layers=1, chunk_size=5,
+                                 target_weight=1.0)
+    data_out = training.prepare_training_data([data], tmp_path / "cache", policy_config,
+                                              TrainConfig(grounding_layouts=4))
+    assert len(data_out.demos) == (4 if with_expert_bags else 2)
+    borrowed = sorted(Path(e.bag).name for e in seen["bags"])
+    assert borrowed == (["demo_0", "demo_1"] if with_expert_bags else ["takeover_0", "takeover_1"])
