@@ -1,13 +1,15 @@
 """Does the network take the block to its reference? A fit of where each named block ended
 against where its reference stood, from the `final_place` of `arm-act eval` records.
 
-    python benchmarks/place_fit.py EVAL.json [EVAL.json ...] [--json OUT]
+    python benchmarks/place_fit.py EVAL.json [EVAL.json ...] [--lifted] [--json OUT]
 
 For each file (one family's evaluation), per horizontal axis: the least-squares slope and the
 correlation of the named block's final position on the reference's (a network that looks the
 reference up gives a slope near 1; one that goes to a fixed place, near 0), and the p50 of the
 final horizontal distance between the two. Box records, whose reference is the box, are
 reported too; the box does not move between episodes much, so their fit says little.
+With --lifted the fit reads only the episodes that lifted the named block: a block never
+lifted ends where it started, which says nothing about where the network would take it.
 """
 
 from __future__ import annotations
@@ -20,15 +22,20 @@ from pathlib import Path
 import numpy as np
 
 
-def fit(path: Path) -> dict:
-    """One evaluation file -> {family, episodes, successes, slope_x/y, corr_x/y, distance_p50_cm}."""
+def fit(path: Path, lifted_only: bool = False) -> dict:
+    """One evaluation file -> {family, episodes, successes, slope_x/y, corr_x/y, distance_p50_cm};
+    lifted_only: over the episodes that lifted the named block."""
     body = json.loads(Path(path).read_text())
     rows = [r for r in body.get("results", []) if isinstance(r, dict) and r.get("final_place")]
     if not rows:
         raise ValueError(f"{path}: no records with final_place (an in-process family evaluation writes them)")
+    if lifted_only:
+        rows = [r for r in rows if r.get("lifted_named_block")]
+        if len(rows) < 2:
+            raise ValueError(f"{path}: {len(rows)} episode(s) lifted the named block; a fit needs two or more")
     named = np.array([r["final_place"]["named_cm"][:2] for r in rows], float)
     reference = np.array([r["final_place"]["reference_cm"][:2] for r in rows], float)
-    out = {"file": Path(path).name, "family": rows[0].get("family"), "episodes": len(rows),
+    out = {"file": Path(path).name, "family": rows[0].get("family"), "lifted_only": lifted_only, "episodes": len(rows),
            "successes": int(sum(bool(r.get("success")) for r in rows)),
            "distance_p50_cm": round(float(np.median([r["final_place"]["distance_xy_cm"] for r in rows])), 2)}
     for axis, name in enumerate("xy"):
@@ -43,12 +50,13 @@ def fit(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("evals", nargs="+", type=Path)
+    parser.add_argument("--lifted", action="store_true", help="fit only the episodes that lifted the named block")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     rows = []
     for path in args.evals:
         try:
-            rows.append(fit(path))
+            rows.append(fit(path, lifted_only=args.lifted))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"place_fit: skipped: {exc}", file=sys.stderr)
     if not rows:

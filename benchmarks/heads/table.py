@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from place_fit import fit as place_fit
 
 
 def _metrics_path(run: Path) -> Path:
@@ -36,6 +40,11 @@ def run_row(run: Path) -> dict:
             row[task] = {"successes": e["successes"], "episodes": e["episodes"],
                          "lifted_named_block": e["lifted_named_block"],
                          "first_grasp_p50_cm": e["grasp_precision"]["xy_cm_p50"]}
+    relation = run / "eval_relation.json"
+    try:  # where the lifted blocks end against their reference: evaluations since the place records
+        row["relation"]["place_lifted"] = place_fit(relation, lifted_only=True)
+    except (KeyError, ValueError):
+        pass
     return row
 
 
@@ -47,15 +56,23 @@ def markdown(rows: list[dict]) -> str:
         return (f"{e['successes']}/{e['episodes']}, lifted {e['lifted_named_block']}, "
                 f"grasp p50 {e['first_grasp_p50_cm']:.2f} cm")
 
+    def final_place(row):
+        fit = (row.get("relation") or {}).get("place_lifted")
+        if fit is None:
+            return "–"
+        return (f"slope {fit['slope_x']:.2f} / {fit['slope_y']:.2f}, corr {fit['corr_x']:.2f} / {fit['corr_y']:.2f}, "
+                f"{fit['distance_p50_cm']:.1f} cm")
+
     lines = ["| heads (width 128) | seed | place head | val L1 | val target error "
              "| grounding layouts: error, right patch "
-             "| relation: success, lifted the named block, first grasp p50 | box: the same |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| relation: success, lifted the named block, first grasp p50 "
+             "| relation, lifted: final place on the reference (x / y), distance p50 | box: the same |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.get("variant", ""), r["heads"], r["seed"])):
         place = "–" if r.get("val_place_cm") is None else f"{r['val_place_cm']:.2f} cm"
         lines.append(f"| {r['heads']} | {r['seed']} | {place} | {r['val_l1']:.4f} | {r['val_target_cm']:.2f} cm | "
                      f"{r['val_grounding_cm']:.2f} cm, {100 * r['val_grounding_patch']:.0f} % | "
-                     f"{cell(r, 'relation')} | {cell(r, 'box')} |")
+                     f"{cell(r, 'relation')} | {final_place(r)} | {cell(r, 'box')} |")
     return "\n".join(lines)
 
 
