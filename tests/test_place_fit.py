@@ -76,4 +76,4 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
     assert rows["place"]["relation"]["place_lifted"]["episodes"] == 20
     assert "place_lifted" not in rows[""]["relation"]
     text = table.markdown(list(rows.values()))
-    assert "slope 1.00 / 1.00" in text and "8.0 cm" in text
+    assert "slope 1.00 / 1.00" in text and "8.0 cm" in text and "queries conditioned, 1.50 cm" in text

@@ -3,10 +3,13 @@
 # the same data, width (128), steps and seed; only the number of attention heads differs
 # (1 against the default 4). Resumable: every finished step leaves a file and is skipped.
 #   benchmarks/heads/run.sh OUT [SEEDS...]     (default seeds: 0)
-# VARIANT=place adds the place head (place.json) and names its runs *_place, beside the others.
+# VARIANT=place adds the place head (place.json) and names its runs *_place, beside the others;
+# VARIANT=place_loss trains the place head without conditioning the action queries on it.
+# HEADS="4" runs one head count only (default: "1 4").
 set -eu
 OUT=${1:?usage: run.sh OUT [SEEDS...]}; shift
 SEEDS=${*:-0}
+HEADS=${HEADS:-1 4}
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 ARM=${ARM_ACT:-arm-act}
 mkdir -p "$OUT"
@@ -18,7 +21,7 @@ if [ ! -e "$OUT/demos.done" ]; then
     touch "$OUT/demos.done"
 fi
 for seed in $SEEDS; do
-    for heads in 1 4; do
+    for heads in $HEADS; do
         run="$OUT/heads${heads}_seed${seed}${SUFFIX}"
         if [ ! -s "$run/ckpt/metrics.json" ]; then
             $ARM train --data "$OUT/demos" --out "$run/ckpt" --cache "$OUT/cache" --seed "$seed" --nproc-per-node 2 \

@@ -48,6 +48,10 @@ def run_row(run: Path) -> dict:
     return row
 
 
+# What each VARIANT of run.sh adds, as the table's "place head" column names it.
+VARIANTS = {"place": "queries conditioned", "place_loss": "loss only"}
+
+
 def markdown(rows: list[dict]) -> str:
     def cell(row, task):
         e = row.get(task)
@@ -63,13 +67,15 @@ def markdown(rows: list[dict]) -> str:
         return (f"slope {fit['slope_x']:.2f} / {fit['slope_y']:.2f}, corr {fit['corr_x']:.2f} / {fit['corr_y']:.2f}, "
                 f"{fit['distance_p50_cm']:.1f} cm")
 
-    lines = ["| heads (width 128) | seed | place head | val L1 | val target error "
+    lines = ["| heads (width 128) | seed | place head: use, val error | val L1 | val target error "
              "| grounding layouts: error, right patch "
              "| relation: success, lifted the named block, first grasp p50 "
              "| relation, lifted: final place on the reference (x / y), distance p50 | box: the same |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.get("variant", ""), r["heads"], r["seed"])):
         place = "–" if r.get("val_place_cm") is None else f"{r['val_place_cm']:.2f} cm"
+        if r.get("variant") in VARIANTS:
+            place = f"{VARIANTS[r['variant']]}, {place}"
         lines.append(f"| {r['heads']} | {r['seed']} | {place} | {r['val_l1']:.4f} | {r['val_target_cm']:.2f} cm | "
                      f"{r['val_grounding_cm']:.2f} cm, {100 * r['val_grounding_patch']:.0f} % | "
                      f"{cell(r, 'relation')} | {final_place(r)} | {cell(r, 'box')} |")
