@@ -75,5 +75,9 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
     rows = {r["variant"]: r for r in (table.run_row(tmp_path / run) for run in ("heads4_seed0_place", "heads1_seed0"))}
     assert rows["place"]["relation"]["place_lifted"]["episodes"] == 20
     assert "place_lifted" not in rows[""]["relation"]
+    (tmp_path / "heads1_seed1").mkdir()  # trained, not evaluated yet: a row without evaluations
+    (tmp_path / "heads1_seed1" / "metrics.json").write_text(
+        json.dumps({"final": final, "parameters": 1000, "train_time_s": 60.0}))
+    assert "relation" not in table.run_row(tmp_path / "heads1_seed1")
     text = table.markdown(list(rows.values()))
     assert "slope 1.00 / 1.00" in text and "8.0 cm" in text and "queries conditioned, 1.50 cm" in text

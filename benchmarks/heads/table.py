@@ -40,11 +40,11 @@ def run_row(run: Path) -> dict:
             row[task] = {"successes": e["successes"], "episodes": e["episodes"],
                          "lifted_named_block": e["lifted_named_block"],
                          "first_grasp_p50_cm": e["grasp_precision"]["xy_cm_p50"]}
-    relation = run / "eval_relation.json"
-    try:  # where the lifted blocks end against their reference: evaluations since the place records
-        row["relation"]["place_lifted"] = place_fit(relation, lifted_only=True)
-    except (KeyError, ValueError):
-        pass
+    if "relation" in row:  # a run still training has no evaluation yet
+        try:  # where the lifted blocks end against their reference: evaluations since the place records
+            row["relation"]["place_lifted"] = place_fit(run / "eval_relation.json", lifted_only=True)
+        except (KeyError, ValueError):
+            pass
     return row
 
 
