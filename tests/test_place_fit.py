@@ -63,7 +63,8 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
     table = load("heads/table")
     final = {"val_l1": 0.25, "val_target_cm": 0.4, "val_grounding_cm": 2.0, "val_grounding_patch_acc": 0.9,
              "val_place_cm": 1.5}
-    for run, evaluation in (("heads4_seed0_place", True), ("heads1_seed0", False)):
+    runs = {"heads4_seed0_place": True, "heads1_seed0_place_ft": True, "heads1_seed0": False}
+    for run, evaluation in runs.items():
         (tmp_path / run).mkdir()
         (tmp_path / run / "metrics.json").write_text(
             json.dumps({"final": final, "parameters": 1000, "train_time_s": 60.0}))
@@ -72,7 +73,7 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
             body["results"] = [{k: v for k, v in r.items() if k != "final_place"} for r in body["results"]]
         body.update(successes=20, episodes=25, lifted_named_block=20, grasp_precision={"xy_cm_p50": 1.0})
         (tmp_path / run / "eval_relation.json").write_text(json.dumps(body))
-    rows = {r["variant"]: r for r in (table.run_row(tmp_path / run) for run in ("heads4_seed0_place", "heads1_seed0"))}
+    rows = {r["variant"]: r for r in (table.run_row(tmp_path / run) for run in runs)}
     assert rows["place"]["relation"]["place_lifted"]["episodes"] == 20
     assert "place_lifted" not in rows[""]["relation"]
     (tmp_path / "heads1_seed1").mkdir()  # trained, not evaluated yet: a row without evaluations
@@ -81,3 +82,4 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
     assert "relation" not in table.run_row(tmp_path / "heads1_seed1")
     text = table.markdown(list(rows.values()))
     assert "slope 1.00 / 1.00" in text and "8.0 cm" in text and "queries conditioned, 1.50 cm" in text
+    assert "| 1 | 0 | added to the trained network, queries conditioned, 1.50 cm |" in text

@@ -1,6 +1,7 @@
 """The head-count ablation's table (docs/training.md, "One head or several"), from the
 directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed, variant: "" or
-"place" for the runs of VARIANT=place).
+run.sh's VARIANT; "rerun" names a copy of a run without the place head trained again, as the
+start of VARIANT=place_ft, beside the first table's run of the same seed).
 
     python benchmarks/heads/table.py OUT [--json FILE]
     python benchmarks/heads/table.py benchmarks/results/heads     # the kept copy
@@ -49,7 +50,9 @@ def run_row(run: Path) -> dict:
 
 
 # What each VARIANT of run.sh adds, as the table's "place head" column names it.
-VARIANTS = {"place": "queries conditioned", "place_loss": "loss only"}
+VARIANTS = {"place": "queries conditioned", "place_loss": "loss only",
+            "place_ft": "added to the trained network, queries conditioned",
+            "rerun": "none (trained again as place_ft's start)"}
 
 
 def markdown(rows: list[dict]) -> str:
