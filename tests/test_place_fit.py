@@ -83,3 +83,5 @@ def test_the_heads_table_gives_the_place_of_the_lifted_blocks(tmp_path):
     text = table.markdown(list(rows.values()))
     assert "slope 1.00 / 1.00" in text and "8.0 cm" in text and "queries conditioned, 1.50 cm" in text
     assert "| 1 | 0 | added to the trained network, queries conditioned, 1.50 cm |" in text
+    table.plot(list(rows.values()), tmp_path / "heads.png")  # the figure docs/training.md shows
+    assert (tmp_path / "heads.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,7 +3,7 @@ directory `benchmarks/heads/run.sh OUT` filled: one row per run (heads, seed, va
 run.sh's VARIANT; "rerun" names a copy of a run without the place head trained again, as the
 start of VARIANT=place_ft, beside the first table's run of the same seed).
 
-    python benchmarks/heads/table.py OUT [--json FILE]
+    python benchmarks/heads/table.py OUT [--json FILE] [--plot FILE.png]
     python benchmarks/heads/table.py benchmarks/results/heads     # the kept copy
 """
 from __future__ import annotations
@@ -85,10 +85,59 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The plot's groups, left to right: what the place head is in each (run.sh's VARIANT).
+GROUPS = (("", "rerun"), ("place",), ("place_loss",), ("place_ft",))
+GROUP_NAMES = ("no place head", "place head\nfrom scratch", "place head's loss\nfrom scratch",
+               "place head added\nto the trained network")
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    """The relation evaluations as dots, one per run: 1 head against 4 in each group of
+    GROUPS. Left, the named block lifted (of 100); middle, successes; right, how far from
+    the reference the lifted blocks end, with the relation's zone (4-12 cm) shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("lifted the named block", lambda e: e["lifted_named_block"]),
+              ("success", lambda e: e["successes"]),
+              ("lifted blocks: distance to the reference, p50 (cm)",
+               lambda e: (e.get("place_lifted") or {}).get("distance_p50_cm")))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), dpi=100)
+    colours = {1: "#d95f02", 4: "#1b9e77"}
+    groups = [(i, g) for i, g in enumerate(GROUPS) if any(r.get("variant", "") in g for r in rows)]
+    for ax, (title, value) in zip(axes, panels, strict=True):
+        for x, (_, group) in enumerate(groups):
+            for heads, dx in ((1, -0.15), (4, 0.15)):
+                ys = [value(r["relation"]) for r in rows if r.get("variant", "") in group
+                      and r["heads"] == heads and "relation" in r]
+                ys = [y for y in ys if y is not None]
+                ax.scatter([x + dx] * len(ys), ys, color=colours[heads], s=36, zorder=3,
+                           label=f"{heads} head{'s' if heads > 1 else ''}" if x == 0 else None)
+        ax.set_xticks(range(len(groups)), [GROUP_NAMES[i] for i, _ in groups], fontsize=8.5)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].set_ylabel("of 100 relation episodes, network alone")
+    axes[0].set_ylabel("of 100 relation episodes, network alone")
+    axes[0].set_ylim(0, 100)
+    axes[1].set_ylim(bottom=0)
+    axes[2].set_ylim(bottom=0)
+    zone = axes[2].axhspan(4, 12, color="#cccccc", alpha=0.4, label="the relation's zone (4-12 cm)")
+    handles = [*axes[0].get_legend_handles_labels()[0], zone]
+    fig.legend(handles=handles, ncol=3, loc="lower center", fontsize=9, frameon=False)
+    fig.suptitle("Relation family: 1 attention head against 4, at width 128 (one dot per training seed)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument("--plot", type=Path, help="also draw the relation evaluations (PNG)")
     args = parser.parse_args()
     rows = [run_row(p) for p in sorted(args.out.glob("heads*_seed*")) if p.is_dir() and _metrics_path(p).exists()]
     if not rows:
@@ -96,6 +145,8 @@ def main() -> None:
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":
