@@ -8,6 +8,7 @@
 # VARIANT=place_ft adds the place head to the trained network of the same seed and head count
 # (trained first, without it, if missing) and fine-tunes from it (place_ft.json: 4,000 steps, lr
 # 2e-4), so the place is learned by a network that already finds the named block.
+# VARIANT=steps_ft is its control: the same fine-tune (steps_ft.json) without the place head.
 # HEADS="4" runs one head count only (default: "1 4").
 set -eu
 OUT=${1:?usage: run.sh OUT [SEEDS...]}; shift
@@ -18,7 +19,7 @@ ARM=${ARM_ACT:-arm-act}
 mkdir -p "$OUT"
 EXTRA=(); SUFFIX=""
 if [ -n "${VARIANT:-}" ]; then EXTRA=("$HERE/${VARIANT}.json"); SUFFIX="_${VARIANT}"; fi
-FINETUNE=""; [ "${VARIANT:-}" = place_ft ] && FINETUNE=1
+FINETUNE=""; case "${VARIANT:-}" in *_ft) FINETUNE=1 ;; esac
 # 800 expert demonstrations of the relation family, seeds no evaluation uses.
 if [ ! -e "$OUT/demos.done" ]; then
     $ARM collect --task relation --episodes 800 --seed 610000 --blocks 2-5 --workers 2 --resume --out "$OUT/demos"

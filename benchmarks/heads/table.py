@@ -52,6 +52,7 @@ def run_row(run: Path) -> dict:
 # What each VARIANT of run.sh adds, as the table's "place head" column names it.
 VARIANTS = {"place": "queries conditioned", "place_loss": "loss only",
             "place_ft": "added to the trained network, queries conditioned",
+            "steps_ft": "none, the same fine-tune without it",
             "rerun": "none (trained again as place_ft's start)"}
 
 
@@ -86,9 +87,9 @@ def markdown(rows: list[dict]) -> str:
 
 
 # The plot's groups, left to right: what the place head is in each (run.sh's VARIANT).
-GROUPS = (("", "rerun"), ("place",), ("place_loss",), ("place_ft",))
+GROUPS = (("", "rerun"), ("place",), ("place_loss",), ("steps_ft",), ("place_ft",))
 GROUP_NAMES = ("no place head", "place head\nfrom scratch", "place head's loss\nfrom scratch",
-               "place head added\nto the trained network")
+               "fine-tuned\nwithout it", "place head added\nto the trained network")
 
 
 def plot(rows: list[dict], out: Path) -> None:
