@@ -88,8 +88,8 @@ def markdown(rows: list[dict]) -> str:
 
 # The plot's groups, left to right: what the place head is in each (run.sh's VARIANT).
 GROUPS = (("", "rerun"), ("place",), ("place_loss",), ("steps_ft",), ("place_ft",))
-GROUP_NAMES = ("no place head", "place head\nfrom scratch", "place head's loss\nfrom scratch",
-               "fine-tuned\nwithout it", "place head added\nto the trained network")
+GROUP_NAMES = ("no place\nhead", "place head\nfrom scratch", "its loss only,\nfrom scratch",
+               "fine-tuned\nwithout it", "place head\nadded, then\nfine-tuned")
 
 
 def plot(rows: list[dict], out: Path) -> None:
@@ -105,7 +105,7 @@ def plot(rows: list[dict], out: Path) -> None:
               ("success", lambda e: e["successes"]),
               ("lifted blocks: distance to the reference, p50 (cm)",
                lambda e: (e.get("place_lifted") or {}).get("distance_p50_cm")))
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), dpi=100)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), dpi=100)
     colours = {1: "#d95f02", 4: "#1b9e77"}
     groups = [(i, g) for i, g in enumerate(GROUPS) if any(r.get("variant", "") in g for r in rows)]
     for ax, (title, value) in zip(axes, panels, strict=True):
@@ -114,9 +114,10 @@ def plot(rows: list[dict], out: Path) -> None:
                 ys = [value(r["relation"]) for r in rows if r.get("variant", "") in group
                       and r["heads"] == heads and "relation" in r]
                 ys = [y for y in ys if y is not None]
-                ax.scatter([x + dx] * len(ys), ys, color=colours[heads], s=36, zorder=3,
+                # Seeds side by side, so that equal figures stay two dots.
+                ax.scatter([x + dx + 0.05 * (k - (len(ys) - 1) / 2) for k in range(len(ys))], ys, color=colours[heads], s=36, zorder=3,
                            label=f"{heads} head{'s' if heads > 1 else ''}" if x == 0 else None)
-        ax.set_xticks(range(len(groups)), [GROUP_NAMES[i] for i, _ in groups], fontsize=8.5)
+        ax.set_xticks(range(len(groups)), [GROUP_NAMES[i] for i, _ in groups], fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     axes[1].set_ylabel("of 100 relation episodes, network alone")
