@@ -115,7 +115,8 @@ def plot(rows: list[dict], out: Path) -> None:
                       and r["heads"] == heads and "relation" in r]
                 ys = [y for y in ys if y is not None]
                 # Seeds side by side, so that equal figures stay two dots.
-                ax.scatter([x + dx + 0.05 * (k - (len(ys) - 1) / 2) for k in range(len(ys))], ys, color=colours[heads], s=36, zorder=3,
+                xs = [x + dx + 0.05 * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
+                ax.scatter(xs, ys, color=colours[heads], s=36, zorder=3,
                            label=f"{heads} head{'s' if heads > 1 else ''}" if x == 0 else None)
         ax.set_xticks(range(len(groups)), [GROUP_NAMES[i] for i, _ in groups], fontsize=8)
         ax.set_title(title, fontsize=10)
