@@ -6,8 +6,8 @@
 # VARIANT=place adds the place head (place.json) and names its runs *_place, beside the others;
 # VARIANT=place_loss trains the place head without conditioning the action queries on it.
 # VARIANT=place_ft adds the place head to the trained network of the same seed and head count
-# (trained first, without it, if missing) and fine-tunes from it (place_ft.json: 4,000 steps, lr
-# 2e-4), so the place is learned by a network that already finds the named block.
+# (trained first, without it, if missing) and fine-tunes from it (place.json with steps_ft.json:
+# 4,000 steps, lr 2e-4), so the place is learned by a network that already finds the named block.
 # VARIANT=steps_ft is its control: the same fine-tune (steps_ft.json) without the place head.
 # HEADS="4" runs one head count only (default: "1 4").
 set -eu
@@ -19,6 +19,7 @@ ARM=${ARM_ACT:-arm-act}
 mkdir -p "$OUT"
 EXTRA=(); SUFFIX=""
 if [ -n "${VARIANT:-}" ]; then EXTRA=("$HERE/${VARIANT}.json"); SUFFIX="_${VARIANT}"; fi
+[ "${VARIANT:-}" = place_ft ] && EXTRA=("$HERE/place.json" "$HERE/steps_ft.json")
 FINETUNE=""; case "${VARIANT:-}" in *_ft) FINETUNE=1 ;; esac
 # 800 expert demonstrations of the relation family, seeds no evaluation uses.
 if [ ! -e "$OUT/demos.done" ]; then
