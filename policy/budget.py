@@ -58,10 +58,17 @@ def decoder_layer_flops(k: int, n: int, d: int, mlp_ratio: int = 4) -> dict[str,
 def flop_counts(config: PolicyConfig) -> dict[str, Any]:
     """Analytic forward FLOPs of one sample at inference (no CVAE encoder: z = 0)."""
     d, k, n = config.width, config.chunk_size, config.encoder_tokens
-    patch_dim = 3 * config.patch_size ** 2
     enc = encoder_layer_flops(n, d, config.mlp_ratio)
     dec = decoder_layer_flops(k, n, d, config.mlp_ratio)
-    patch = 2 * len(config.cameras) * config.patches_per_camera * patch_dim * d
+    # The convolutional stem: each 3x3 stride-2 layer gives (side/2)^2 outputs per channel.
+    stem, side, channels = 0, config.image_size, 3
+    for out in config.stem_channels:
+        side = (side + 1) // 2
+        stem += 2 * side * side * out * channels * 9
+        channels = out
+    stem *= len(config.cameras)
+    patch_dim = channels * (config.patch_size >> len(config.stem_channels)) ** 2
+    patch = stem + 2 * len(config.cameras) * config.patches_per_camera * patch_dim * d
     state = 2 * config.state_dim * d
     head = 2 * k * d * config.action_dim
     total = (patch + state + config.encoder_layers * enc["total"]
@@ -72,7 +79,7 @@ def flop_counts(config: PolicyConfig) -> dict[str, Any]:
         cvae = (config.cvae_layers * encoder_layer_flops(k + 2, d, config.mlp_ratio)["total"]
                 + 2 * (config.state_dim + k * config.action_dim) * d
                 + 2 * d * 2 * config.latent_dim + 2 * config.latent_dim * d)
-    return {"encoder_layer": enc, "decoder_layer": dec, "patch_embedding": patch,
+    return {"encoder_layer": enc, "decoder_layer": dec, "patch_embedding": patch, "stem": stem,
             "state_embedding": state, "action_head": head,
             "encoder": config.encoder_layers * enc["total"],
             "decoder": config.decoder_layers * dec["total"],

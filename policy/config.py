@@ -10,7 +10,8 @@ from arm_act.policy.vocab import default_vocab, validate_vocab
 
 # Fields added after checkpoints were first written, with the value an older checkpoint's
 # model has (the feature off).
-ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False, "place_weight": 0.0, "condition_on_place": False}
+ADDED_FIELDS: dict[str, Any] = {"condition_on_target": False, "place_weight": 0.0, "condition_on_place": False,
+                                "stem_channels": ()}
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,11 @@ class PolicyConfig:
 
     image_size: int = 96  # square images, pixels per side
     patch_size: int = 16  # patch side P; image_size must be a multiple of it
+    # Output channels of the convolutional stem's layers (3x3, stride 2, GELU), one entry a
+    # layer, before the patches are cut; () cuts the raw pixels (ViT's linear patches). Each
+    # layer halves the image, so patch_size must be a multiple of 2^len. The token grid stays
+    # image_size / patch_size per side (docs/architecture.md, "Patch tokens").
+    stem_channels: tuple[int, ...] = ()
     cameras: tuple[str, ...] = ("front", "wrist")
     width: int = 256  # model width D
     heads: int = 8
@@ -72,6 +78,12 @@ class PolicyConfig:
         # Lists from JSON become tuples, so the config stays hashable and comparable.
         object.__setattr__(self, "cameras", tuple(self.cameras))
         object.__setattr__(self, "vocab", tuple(self.vocab))
+        if not isinstance(self.stem_channels, (list, tuple)):
+            raise ValueError(f"stem_channels={self.stem_channels!r} must be a list of channel counts")
+        object.__setattr__(self, "stem_channels", tuple(self.stem_channels))
+        for value in self.stem_channels:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"stem_channels={list(self.stem_channels)!r}: each must be an integer >= 1")
         positive = ("image_size", "patch_size", "width", "heads", "encoder_layers",
                     "decoder_layers", "chunk_size", "action_dim", "state_dim", "mlp_ratio",
                     "latent_dim", "cvae_layers", "max_instruction_tokens")
@@ -85,6 +97,9 @@ class PolicyConfig:
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size={self.image_size} must be a multiple of "
                              f"patch_size={self.patch_size}")
+        if self.patch_size % (1 << len(self.stem_channels)):
+            raise ValueError(f"patch_size={self.patch_size} must be a multiple of 2^{len(self.stem_channels)}: "
+                             f"each of the {len(self.stem_channels)} stem layers halves the image")
         if self.width % self.heads:
             raise ValueError(f"width={self.width} must be divisible by heads={self.heads}")
         if self.width % 4:
@@ -137,6 +152,7 @@ class PolicyConfig:
         out = dataclasses.asdict(self)
         out["cameras"] = list(self.cameras)
         out["vocab"] = list(self.vocab)
+        out["stem_channels"] = list(self.stem_channels)
         return out
 
     @classmethod

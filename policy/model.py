@@ -130,7 +130,7 @@ class ACTPolicy(nn.Module):
         self.layout = TokenLayout.from_config(config)
         d = config.width
         self.patch_embed = PatchEmbedding(len(config.cameras), config.image_size,
-                                          config.patch_size, d)
+                                          config.patch_size, d, config.stem_channels)
         self.state_proj = nn.Linear(config.state_dim, d)
         self.word_embed = nn.Embedding(len(config.vocab), d, padding_idx=PAD_ID)
         self.register_buffer(

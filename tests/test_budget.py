@@ -64,7 +64,8 @@ def test_default_token_counts():
     PolicyConfig(),
     small_config(use_cvae=True, decoder_layers=2, decoder_rope=True),
     small_config(pre_ln=False, cameras=("front",), mlp_ratio=2),
-], ids=["default", "cvae-2dec-rope", "postln-1cam"])
+    PolicyConfig(width=128, heads=4, stem_channels=(8, 16)),
+], ids=["default", "cvae-2dec-rope", "postln-1cam", "conv-stem"])
 def test_analytic_flops_match_the_flop_counter_on_the_real_model(config):
     torch.manual_seed(0)
     model = ACTPolicy(config)

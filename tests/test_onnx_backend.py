@@ -44,8 +44,9 @@ def normalizer() -> Normalizer:
 @pytest.mark.parametrize("overrides", [{}, {"use_cvae": True, "decoder_layers": 2, "decoder_rope": True},
                                        {"target_weight": 1.0, "condition_on_target": True},
                                        {"target_weight": 1.0, "condition_on_target": True, "place_weight": 1.0,
-                                        "condition_on_place": True}],
-                         ids=["plain", "cvae-2dec-rope", "target-conditioned", "place-conditioned"])
+                                        "condition_on_place": True},
+                                       {"stem_channels": (4, 8), "target_weight": 1.0, "condition_on_target": True}],
+                         ids=["plain", "cvae-2dec-rope", "target-conditioned", "place-conditioned", "conv-stem"])
 def test_onnx_matches_torch_with_and_without_padding(overrides):
     model = tiny_model(**overrides)
     for mlp in (model.target_to_queries, model.place_to_queries):

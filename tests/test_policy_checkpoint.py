@@ -80,6 +80,17 @@ def test_round_trip(saved):
     assert read_metrics(path.parent / "bare") is None
 
 
+def test_a_convolutional_stem_round_trips(tmp_path):
+    torch.manual_seed(0)
+    model = ACTPolicy(tiny_config(stem_channels=(4, 6))).eval()
+    path = save_checkpoint(tmp_path / "stem", model, make_normalizer())
+    loaded, _, cfg = load_checkpoint(path)
+    assert cfg.stem_channels == (4, 6)
+    assert json.loads((path / CONFIG_FILE).read_text())["policy"]["stem_channels"] == [4, 6]
+    inputs = _inputs(cfg)
+    torch.testing.assert_close(loaded(**inputs).actions, model(**inputs).actions, rtol=0, atol=0)
+
+
 def _rewrite_weights(path, edit):
     """Edit the tensors and re-save them the way save_checkpoint would (valid file, matching
     config metadata and checksum), so only the edit itself is wrong."""

@@ -171,6 +171,7 @@ def test_bad_inputs_are_rejected_with_shapes_in_the_message():
     dict(target_weight=0.5),
     dict(target_weight=0.5, condition_on_target=True),
     dict(target_weight=0.5, condition_on_target=True, place_weight=0.5, condition_on_place=True),
+    dict(stem_channels=(4, 6), target_weight=0.5),
 ])
 def test_every_parameter_receives_a_gradient(overrides):
     # The original ACT built 7 decoder layers but read the first one's output (act#25).
@@ -459,3 +460,45 @@ def test_condition_on_target_needs_the_target_head_and_old_configs_load_without_
     del incomplete["width"]
     with pytest.raises(ValueError, match=r"missing keys \['width'\]"):
         PolicyConfig.from_dict(incomplete)
+
+
+# The convolutional stem -----------------------------------------------------------------------
+def test_the_stem_keeps_the_token_grid_and_each_token_sees_only_its_own_neighbourhood():
+    """Two stride-2 layers: a token's 4x4 patch of the stem's map covers its own 16x16 pixels
+    and, through the 3x3 kernels, at most 3 pixels beyond them on each side; pixels farther
+    away change no token but their own. The grid and the layout are those without a stem."""
+    cfg = PolicyConfig(image_size=32, patch_size=16, width=16, heads=2, stem_channels=(4, 8))
+    plain = dataclasses.replace(cfg, stem_channels=())
+    assert (cfg.grid, cfg.encoder_tokens) == (plain.grid, plain.encoder_tokens) == (2, 1 + 8 + 8)
+    embed = make_model(cfg).patch_embed
+    assert embed.patch_size == 4 and embed.proj.in_features == 8 * 4 * 4
+    images = torch.rand(1, 2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    before = embed(images)  # (1, C*h*w, D)
+    assert before.shape == (1, 8, 16)
+    changed = images.clone()
+    changed[0, 0, :, 28:, 28:] = 1.0 - changed[0, 0, :, 28:, 28:]  # deep inside camera 0's patch (1, 1)
+    after = embed(changed)
+    moved = (after - before).abs().amax(-1)[0]  # (C*h*w,)
+    assert bool(moved[3] > 1e-4) and bool((moved[[0, 1, 2, 4, 5, 6, 7]] == 0).all())
+    # A pixel 2 columns left of patch (0, 1)'s edge reaches it through the kernels, not patch (0, 0)'s far side.
+    near = images.clone()
+    near[0, 0, :, 4, 14] += 0.5
+    moved = (embed(near) - before).abs().amax(-1)[0]
+    assert bool(moved[0] > 0) and bool(moved[1] > 0) and bool((moved[2:] == 0).all())
+
+
+def test_the_stem_is_a_config_field_checked_and_old_configs_load_without_it():
+    with pytest.raises(ValueError, match=r"patch_size=4 must be a multiple of 2\^3"):
+        PolicyConfig(image_size=16, patch_size=4, stem_channels=(4, 4, 4))
+    for bad in ((0,), (True,), (4.0,)):
+        with pytest.raises(ValueError, match="stem_channels"):
+            PolicyConfig(stem_channels=bad)
+    with pytest.raises(ValueError, match="must be a list"):
+        PolicyConfig(stem_channels=8)
+    cfg = tiny_config(stem_channels=(4,))
+    data = json.loads(json.dumps(cfg.to_dict()))
+    assert data["stem_channels"] == [4] and PolicyConfig.from_dict(data) == cfg
+    old = tiny_config().to_dict()
+    del old["stem_channels"]  # a checkpoint written before the field existed: linear patches
+    assert PolicyConfig.from_dict(old).stem_channels == ()
+    assert not any(n.startswith("patch_embed.stem") for n, _ in make_model(tiny_config()).named_parameters())
