@@ -431,6 +431,24 @@ def test_the_near_hand_recipe_is_the_default_with_layouts_beside_the_hand():
 
 
 @pytest.mark.unit
+def test_the_conv_stem_recipe_is_the_default_with_a_stem_in_stage_one():
+    """config/pipeline_conv_stem.yaml: the default recipe, stage for stage, except that every
+    training stage's network has the convolutional stem (the rounds fine-tune stage 1's)."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    stem = Pipeline(load(ROOT / "config" / "pipeline_conv_stem.yaml"), Path("/run")).stages
+    assert [s.name for s in stem] == [s.name for s in default]
+    assert sum(s.name.startswith("train_") for s in stem) == 3
+    for a, b in zip(default, stem, strict=True):
+        if not a.name.startswith("train_"):
+            assert a.params == b.params, a.name
+            continue
+        assert b.params["policy"]["stem_channels"] == [8, 16] and "stem_channels" not in a.params["policy"]
+        assert {k: v for k, v in b.params["policy"].items() if k != "stem_channels"} == a.params["policy"]
+        others = {k: v for k, v in a.params.items() if k != "policy"}
+        assert others == {k: v for k, v in b.params.items() if k != "policy"}
+
+
+@pytest.mark.unit
 def test_a_collection_counts_only_complete_bags(tmp_path, monkeypatch):
     """An episode whose writer died is set aside as <name>.incomplete by collect: the stage's
     manifest counts it apart, and it never stands in for a missing episode."""
