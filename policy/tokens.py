@@ -51,8 +51,8 @@ def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
     pixels, the stem's channels after a convolutional stem)."""
     b, c, ch, h, w = images.shape
     gh, gw = h // patch, w // patch
-    x = images.reshape(b, c, ch, gh, patch, gw, patch)  # (B, C, 3, h, P, w, P)
-    x = x.permute(0, 1, 3, 5, 2, 4, 6)  # (B, C, h, w, 3, P, P)
+    x = images.reshape(b, c, ch, gh, patch, gw, patch)  # (B, C, F, h, P, w, P)
+    x = x.permute(0, 1, 3, 5, 2, 4, 6)  # (B, C, h, w, F, P, P)
     return x.reshape(b, c, gh * gw, ch * patch * patch)  # (B, C, h*w, 3*P*P)
 
 
@@ -84,8 +84,8 @@ class PatchEmbedding(nn.Module):
         # Centre the pixels on 0 so the embedding starts out well conditioned.
         x = images * 2.0 - 1.0  # (B, C, 3, H, W)
         if self.stem is not None:  # every camera through the same stem
-            # Channels-last: oneDNN's convolutions on the CPU run 1.7x faster in that layout
-            # (forward and backward); the values are the same.
+            # Channels-last: oneDNN's CPU convolutions, forward and backward, are faster in
+            # that layout (docs/training.md, "A convolutional stem"); the values are the same.
             x = self.stem(x.flatten(0, 1).contiguous(memory_format=torch.channels_last))  # (B*C, F, H/2^n, W/2^n)
             x = x.unflatten(0, (b, c))  # (B, C, F, H/2^n, W/2^n)
         x = self.proj(patchify(x, self.patch_size))  # (B, C, h*w, D)
