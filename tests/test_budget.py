@@ -135,3 +135,21 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert code == 2 and "drop width" in err and len(err.strip().splitlines()) == 1
     code, _, err = _run(capsys, "--checkpoint", str(tmp_path / "nowhere"))
     assert code == 2 and "config.json is missing" in err
+
+
+def test_the_stem_cost_benchmark_times_every_variant_and_both_layouts(tmp_path, monkeypatch):
+    """benchmarks/stem_cost.py, cut to one round of one step at batch 2: a time for every
+    stem and round, and both layouts of the patch embedding, in its JSON."""
+    from benchmark_scripts import load
+
+    stem_cost = load("stem_cost")
+    monkeypatch.setattr(stem_cost, "ROUNDS", 1)
+    monkeypatch.setattr(stem_cost, "STEPS", 1)
+    monkeypatch.setattr(stem_cost, "BATCH", 2)
+    with torch_threads(1):
+        assert stem_cost.main(["stem_cost.py", str(tmp_path / "out.json")]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert set(out["network_ms"]) == {"[]", "[8, 16]", "[16, 32]"}
+    assert all(len(v) == 1 and v[0] > 0 for v in out["network_ms"].values())
+    assert all(len(v) == 1 and v[0] > 0 for v in out["stem_layout_ms"].values())
+    assert set(out["stem_layout_ms"]) == {"default", "channels_last"}
