@@ -28,7 +28,7 @@ class PolicyConfig:
     # Output channels of the convolutional stem's layers (3x3, stride 2, GELU), one entry a
     # layer, before the patches are cut; () cuts the raw pixels (ViT's linear patches). Each
     # layer halves the image, so patch_size must be a multiple of 2^len. The token grid stays
-    # image_size / patch_size per side (docs/architecture.md, "Patch tokens").
+    # image_size / patch_size per side (docs/architecture.md, "The policy network").
     stem_channels: tuple[int, ...] = ()
     cameras: tuple[str, ...] = ("front", "wrist")
     width: int = 256  # model width D
