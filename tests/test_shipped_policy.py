@@ -24,6 +24,25 @@ def test_shipped_checkpoint_loads_and_fits_the_sim():
     assert sum(p.numel() for p in model.parameters()) * 4 < 20e6  # the weights stay under 20 MB
 
 
+@pytest.mark.unit
+def test_the_default_recipe_makes_the_shipped_network():
+    """No hand step between `arm-act pipeline --config config/pipeline_default.yaml` and
+    checkpoints/default: the shipped network is the recipe's, field for field (the stem
+    included), and checkpoints/patches, the policy shipped before, is pipeline_patches.yaml's."""
+    from pathlib import Path
+
+    from arm_act.pipeline.config import load
+    from arm_act.policy.checkpoint import read_config
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = load(root / "config" / "pipeline_default.yaml").policy_config()
+    assert read_config(default_checkpoint()).differences(recipe) == {}
+    assert recipe.stem_channels == (8, 16)
+    before = load(root / "config" / "pipeline_patches.yaml").policy_config()
+    assert read_config(root / "checkpoints" / "patches").differences(before) == {}
+    assert set(recipe.differences(before)) == {"stem_channels"}
+
+
 @pytest.mark.ros
 def test_shipped_policy_lockstep_episode_over_ros_matches_in_process(ros_context):
     ros, result, by_tick, trajectory = run_lockstep_pair(ros_context, default_checkpoint(), SEED, TIME_LIMIT)
