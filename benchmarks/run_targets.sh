@@ -12,6 +12,8 @@
 # exists is kept: rerun to finish an interrupted run.
 #   benchmarks/run_targets.sh [CHECKPOINT] [OUT_DIR]
 # EVAL_ARGS is added to every evaluation (e.g. EVAL_ARGS="--retry policy").
+# EXPERT_FROM=DIR skips the expert's robustness runs and takes its column of the table from
+# DIR/robustness.json, a run of the same episodes (the expert does not depend on the checkpoint).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ARM_ACT=${ARM_ACT:-.venv/bin/arm-act}
@@ -32,7 +34,9 @@ run() {
 run policy_2-5 --episodes 200 --seed 100000 --blocks 2-5
 run policy_6 --episodes 200 --seed 200000 --blocks 6
 for rate in 10 25 50; do run camera_$rate --episodes 200 --seed 600000 --blocks 2-5 --camera-rate $rate; done
-run robustness --robustness all --episodes "$EPISODES" --seed 400000
+NO_EXPERT=(); TABLE_ARGS=()
+if [[ -n "${EXPERT_FROM:-}" ]]; then NO_EXPERT=(--no-expert); TABLE_ARGS=(--expert-from "$EXPERT_FROM"); fi
+run robustness --robustness all --episodes "$EPISODES" --seed 400000 "${NO_EXPERT[@]}"
 if [[ "${ASSIST:-0}" == 1 ]]; then
   run assist_2-5 --episodes 200 --seed 100000 --blocks 2-5 --assist
   run assist_6 --episodes 200 --seed 200000 --blocks 6 --assist
@@ -48,4 +52,4 @@ if [[ "${LIVE:-0}" == 1 && ! -f "$OUT/live_vs_in_process.json" ]]; then
   echo "== live ($(date +%T))"
   ev --live --compare-in-process --episodes 100 --seed 100000 --out "$OUT/live_vs_in_process.json"
 fi
-"${PY:-.venv/bin/python}" benchmarks/targets_table.py "$OUT"
+"${PY:-.venv/bin/python}" benchmarks/targets_table.py "$OUT" "${TABLE_ARGS[@]}"

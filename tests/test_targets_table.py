@@ -49,3 +49,27 @@ def test_an_expert_run_of_other_episodes_is_refused(tmp_path, capsys):
     assert not (run / "targets.md").exists()
     assert targets_table.main([str(run), "--expert-from", str(tmp_path / "missing")]) == 2
     assert targets_table.main([]) == 2
+
+
+@pytest.mark.unit
+def test_run_targets_keeps_every_finished_file_and_borrows_the_expert_column(tmp_path):
+    """benchmarks/run_targets.sh on a directory where every evaluation is done runs none of
+    them again (ARM_ACT is a command that fails), and EXPERT_FROM fills the expert's column."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.benchmark_scripts import BENCHMARKS
+
+    run, before = tmp_path / "run", tmp_path / "before"
+    _robustness(run, {"push": {"policy": _summary(183, 4.7, 176)}})
+    _robustness(before, {"push": {"policy": _summary(169), "expert": _summary(195)}})
+    for name in ("policy_2-5", "policy_6", "camera_10", "camera_25", "camera_50"):
+        (run / f"{name}.json").write_text(json.dumps(_summary(199)))
+    env = {**os.environ, "ARM_ACT": "false", "PY": sys.executable, "EXPERT_FROM": str(before)}
+    done = subprocess.run(["bash", str(BENCHMARKS / "run_targets.sh"), "unused-checkpoint", str(run)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("kept") == 6
+    table = (run / "targets.md").read_text()
+    assert "| world: push | 183/200 | 4.70 / 9.40 cm, 176 on nothing | - | 195/200 |" in table
