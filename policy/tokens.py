@@ -84,7 +84,7 @@ class PatchEmbedding(nn.Module):
         # Centre the pixels on 0 so the embedding starts out well conditioned.
         x = images * 2.0 - 1.0  # (B, C, 3, H, W)
         if self.stem is not None:  # every camera through the same stem
-            # Channels-last, the layout the shipped checkpoint was trained and evaluated in: the
+            # Channels-last, the layout checkpoints/conv_stem was trained and evaluated in: the
             # layouts' convolutions round differently, and neither is faster here
             # (docs/training.md, "A convolutional stem before the patches").
             x = self.stem(x.flatten(0, 1).contiguous(memory_format=torch.channels_last))  # (B*C, F, H/2^n, W/2^n)

@@ -322,11 +322,11 @@ def test_default_recipe_is_todays_recipe():
 
 
 @pytest.mark.unit
-def test_push_round_recipe_is_the_patches_recipe_without_push_demos_plus_a_push_round():
-    """config/pipeline_push_round.yaml, the recipe before pipeline_patches.yaml: the same plain
-    and perturbed demonstrations and two rounds without the push demonstrations, then one round
-    in the push world with `handover: push`."""
-    default = load(ROOT / "config" / "pipeline_patches.yaml")
+def test_push_round_recipe_is_the_default_without_push_demos_plus_a_push_round():
+    """config/pipeline_push_round.yaml, the recipe before the default: the same plain and
+    perturbed demonstrations and two rounds without the push demonstrations, then one round in
+    the push world with `handover: push`."""
+    default = load(ROOT / "config" / "pipeline_default.yaml")
     before = load(ROOT / "config" / "pipeline_push_round.yaml")
     assert before.demos == default.demos[:2] and before.train == default.train
     assert before.rounds[:2] == default.rounds
@@ -385,12 +385,12 @@ def test_regrasp_recipe_is_the_grasp_recipe_plus_a_miss_round():
 
 
 @pytest.mark.unit
-def test_push_demo_recipes_extend_the_patches_recipe():
-    """config/pipeline_push_demos.yaml: pipeline_patches.yaml (the recipe before the stem),
-    stage for stage, plus a round in the push world (`handover: push`) driven by round 2's
-    checkpoint; _r4 adds one round after it in the push world with a drawn handover time,
-    driven by push_3's checkpoint and trained on everything, then the same evaluations."""
-    default = Pipeline(load(ROOT / "config" / "pipeline_patches.yaml"), Path("/run")).stages
+def test_push_demo_recipes_extend_the_default_recipe():
+    """config/pipeline_push_demos.yaml: the default recipe, stage for stage, plus a round in the
+    push world (`handover: push`) driven by round 2's checkpoint; _r4 adds one round after it in
+    the push world with a drawn handover time, driven by push_3's checkpoint and trained on
+    everything, then the same evaluations."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
     demos = Pipeline(load(ROOT / "config" / "pipeline_push_demos.yaml"), Path("/run")).stages
     r4 = Pipeline(load(ROOT / "config" / "pipeline_push_demos_r4.yaml"), Path("/run")).stages
     assert [(s.name, s.params) for s in demos[:8]] == [(s.name, s.params) for s in default[:8]]
@@ -410,11 +410,10 @@ def test_push_demo_recipes_extend_the_patches_recipe():
 
 
 @pytest.mark.unit
-def test_the_near_hand_recipe_is_the_patches_recipe_with_layouts_beside_the_hand():
-    """config/pipeline_near_hand.yaml: pipeline_patches.yaml (the recipe before the stem),
-    stage for stage, except that every training stage renders its borrowed-pose grounding
-    layouts with the block beside the hand."""
-    default = Pipeline(load(ROOT / "config" / "pipeline_patches.yaml"), Path("/run")).stages
+def test_the_near_hand_recipe_is_the_default_with_layouts_beside_the_hand():
+    """config/pipeline_near_hand.yaml: the default recipe, stage for stage, except that every
+    training stage renders its borrowed-pose grounding layouts with the block beside the hand."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
     near = Pipeline(load(ROOT / "config" / "pipeline_near_hand.yaml"), Path("/run")).stages
     assert [s.name for s in near] == [s.name for s in default]
     trains = [i for i, s in enumerate(default) if s.name.startswith("train_")]
@@ -432,28 +431,21 @@ def test_the_near_hand_recipe_is_the_patches_recipe_with_layouts_beside_the_hand
 
 
 @pytest.mark.unit
-def test_the_default_recipe_gives_every_network_the_stem_and_changes_nothing_else():
-    """config/pipeline_default.yaml against the recipe it replaced: the same stages, data,
-    seeds and step counts; the one difference is `policy: {stem_channels: [8, 16]}` under
-    train, which the rounds keep because they fine-tune stage 1's network."""
-    from arm_act.policy.config import PolicyConfig
-
-    config = load(ROOT / "config" / "pipeline_default.yaml")
-    assert config.policy_config().stem_channels == (8, 16)
-    base = json.loads((ROOT / "config" / "train_default.json").read_text())["policy"]
-    assert "stem_channels" not in base and PolicyConfig().stem_channels == ()
-    stem = Pipeline(config, Path("/run")).stages
-    patches = Pipeline(load(ROOT / "config" / "pipeline_patches.yaml"), Path("/run")).stages
-    assert [s.name for s in patches] == [s.name for s in stem]
+def test_the_conv_stem_recipe_is_the_default_with_a_stem_in_stage_one():
+    """config/pipeline_conv_stem.yaml: the default recipe, stage for stage, except that every
+    training stage's network has the convolutional stem (the rounds fine-tune stage 1's)."""
+    default = Pipeline(load(ROOT / "config" / "pipeline_default.yaml"), Path("/run")).stages
+    stem = Pipeline(load(ROOT / "config" / "pipeline_conv_stem.yaml"), Path("/run")).stages
+    assert [s.name for s in stem] == [s.name for s in default]
     assert sum(s.name.startswith("train_") for s in stem) == 3
-    for a, b in zip(patches, stem, strict=True):
+    for a, b in zip(default, stem, strict=True):
         if not a.name.startswith("train_"):
             assert a.params == b.params, a.name
             continue
         assert b.params["policy"]["stem_channels"] == [8, 16] and "stem_channels" not in a.params["policy"]
         assert {k: v for k, v in b.params["policy"].items() if k != "stem_channels"} == a.params["policy"]
-        assert {k: v for k, v in a.params.items() if k != "policy"} == {k: v for k, v in b.params.items()
-                                                                          if k != "policy"}
+        others = {k: v for k, v in a.params.items() if k != "policy"}
+        assert others == {k: v for k, v in b.params.items() if k != "policy"}
 
 
 @pytest.mark.unit

@@ -27,8 +27,8 @@ def test_shipped_checkpoint_loads_and_fits_the_sim():
 @pytest.mark.unit
 def test_the_default_recipe_makes_the_shipped_network():
     """No hand step between `arm-act pipeline --config config/pipeline_default.yaml` and
-    checkpoints/default: the shipped network is the recipe's, field for field (the stem
-    included), and checkpoints/patches, the policy shipped before, is pipeline_patches.yaml's."""
+    checkpoints/default: the shipped network is the recipe's, field for field, and
+    checkpoints/conv_stem, measured and not shipped, is pipeline_conv_stem.yaml's."""
     from pathlib import Path
 
     from arm_act.pipeline.config import load
@@ -37,10 +37,9 @@ def test_the_default_recipe_makes_the_shipped_network():
     root = Path(__file__).resolve().parents[1]
     recipe = load(root / "config" / "pipeline_default.yaml").policy_config()
     assert read_config(default_checkpoint()).differences(recipe) == {}
-    assert recipe.stem_channels == (8, 16)
-    before = load(root / "config" / "pipeline_patches.yaml").policy_config()
-    assert read_config(root / "checkpoints" / "patches").differences(before) == {}
-    assert set(recipe.differences(before)) == {"stem_channels"}
+    stem = load(root / "config" / "pipeline_conv_stem.yaml").policy_config()
+    assert read_config(root / "checkpoints" / "conv_stem").differences(stem) == {}
+    assert recipe.differences(stem) == {"stem_channels": ((), (8, 16))}
 
 
 @pytest.mark.ros
