@@ -5,7 +5,7 @@ grasp's horizontal error (p50 / p90, cm) and the first grasps that closed on not
     python benchmarks/targets_table.py RESULTS_DIR [--expert-from DIR]
 
 --expert-from takes the scripted expert's column from DIR/robustness.json where RESULTS_DIR's
-robustness.json has none (`EVAL_ARGS=--no-expert` skips it): the expert does not depend on the
+robustness.json has none (run_targets.sh with EXPERT_FROM=DIR skips it): the expert does not depend on the
 checkpoint, so a run on the same seeds, blocks and camera rate gives the same column. The
 table says where the column came from.
 """
@@ -30,7 +30,12 @@ def _grasp(summary: dict | None) -> str:
 
 
 def _load(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
 
 
 def _same_episodes(a: dict, b: dict) -> bool:
@@ -49,6 +54,8 @@ def rows(out: Path, expert_from: Path | None = None) -> list[tuple[str, dict | N
             found.append((name, a, _load(out / f"{assist}.json") if assist else None, None))
     table, assisted = _load(out / "robustness.json"), _load(out / "assist_robustness.json")
     other = _load(expert_from / "robustness.json") if expert_from is not None else None
+    if expert_from is not None and other is None:
+        raise ValueError(f"{expert_from} has no robustness.json to take the expert's column from")
     if other is not None and table is not None and not _same_episodes(table, other):
         raise ValueError(f"{expert_from}/robustness.json ran other episodes than {out}/robustness.json "
                          "(seed, episodes, blocks or camera rate differ)")

@@ -48,6 +48,12 @@ def test_an_expert_run_of_other_episodes_is_refused(tmp_path, capsys):
     assert "ran other episodes" in capsys.readouterr().err
     assert not (run / "targets.md").exists()
     assert targets_table.main([str(run), "--expert-from", str(tmp_path / "missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert targets_table.main([str(run), "--expert-from", str(tmp_path / "empty")]) == 2
+    assert "has no robustness.json" in capsys.readouterr().err
+    (run / "policy_6.json").write_text('{"successes": ')
+    assert targets_table.main([str(run)]) == 2
+    assert "policy_6.json: not JSON" in capsys.readouterr().err
     assert targets_table.main([]) == 2
 
 
