@@ -19,6 +19,15 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least this uneven between two
+    policies run on the same seeds, if each seed where they disagree were a fair coin."""
+    n, k = wins + losses, min(wins, losses)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
 # Edges (cm) of the histogram of first-grasp errors in summaries; the last bin is open.
 GRASP_ERROR_BINS_CM = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
